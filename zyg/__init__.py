@@ -1,0 +1,27 @@
+"""zyg: reverse-mode automatic differentiation of ordinary Python by source
+transformation, compiled to native code with numba.
+
+    >>> import math, zyg
+    >>> @zyg.grad
+    ... def f(x):
+    ...     r = 1.0
+    ...     for i in range(3):
+    ...         r = r * math.sin(x)
+    ...     return r
+    >>> round(f(0.5), 6)
+    0.580683
+"""
+__version__ = "0.1.0"
+
+from .errors import (ZygError, UnsupportedSyntax, NoAdjoint, CompileError,  # noqa: F401
+                     TypeMismatch)
+from .rules.registry import adjoint, nondifferentiable  # noqa: F401
+from . import rules as _rules  # noqa: F401  (registers the built-in rules)
+from .api import grad, value_and_grad, pullback, stop_gradient, show, reset_caches  # noqa: F401
+
+nondifferentiable(stop_gradient)
+_rules.registry.end_builtin_phase()
+
+__all__ = ["grad", "value_and_grad", "pullback", "adjoint", "nondifferentiable",
+           "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
+           "CompileError", "TypeMismatch"]

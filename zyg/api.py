@@ -1,0 +1,296 @@
+"""The public API: ``grad``, ``value_and_grad``, ``pullback``, ``show``.
+
+Each transformed function is specialised per argument-type signature (like numba):
+the SSA of the function is built once, and for every new signature the activity
+analysis, the transform, code generation and compilation run once and are cached.
+The callable returned by ``grad`` does one dict lookup on the argument types and
+calls the compiled code.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .compile import compile_error, load, wrapper_for, TARGETS
+from .errors import TypeMismatch, ZygError
+from .pullbacks.transform import emit_fused, emit_split, plan
+from .ssa.analysis import kind_of_value
+from .ssa.emit import _ident
+from .ssa.ir import Function
+from .ssa.lower import lower, unwrap
+from .ssa.passes import run_pipeline
+
+_IR_CACHE: Dict[Any, Function] = {}
+_LIVE: "weakref.WeakSet[_Specializer]" = weakref.WeakSet()
+
+
+def _invalidate_caches() -> None:
+    """Forget compiled specialisations (called when a rule is registered)."""
+    _IR_CACHE.clear()
+    for s in list(_LIVE):
+        s.cache.clear()
+
+
+def reset_caches() -> None:
+    """Clear every cache of transformed functions (for tests)."""
+    _invalidate_caches()
+
+
+def ssa_of(f: Any) -> Function:
+    """The cleaned-up SSA IR of ``f`` (cached)."""
+    py = unwrap(f)
+    ir = _IR_CACHE.get(py)
+    if ir is None:
+        ir = run_pipeline(lower(py))
+        _IR_CACHE[py] = ir
+    return ir
+
+
+_ALLOWED = ("bool", "int", "float", "complex")
+
+
+def _kinds(args: Sequence[Any], fname: str) -> List[str]:
+    ks = []
+    for i, a in enumerate(args):
+        k = kind_of_value(a)
+        if k not in _ALLOWED:
+            raise TypeMismatch(
+                f"argument {i} of {fname} is a {type(a).__name__}; this version of zyg "
+                f"differentiates functions of float, int and bool scalars")
+        ks.append(k)
+    return ks
+
+
+def _normalise_argnums(argnums: Union[int, Sequence[int]], nargs: int) -> Tuple[List[int], bool]:
+    single = isinstance(argnums, (int, np.integer))
+    nums = [int(argnums)] if single else [int(a) for a in argnums]
+    out = []
+    for a in nums:
+        if not -nargs <= a < nargs:
+            raise ValueError(f"argnums {a} out of range for a function of {nargs} arguments")
+        out.append(a % nargs)
+    return out, single
+
+
+class _Specializer:
+    """Builds and caches compiled code per argument-type signature."""
+
+    def __init__(self, f: Callable, argnums, target: str, mode: str):
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+        self.f = f
+        self.argnums = argnums
+        self.target = target
+        self.mode = mode
+        self.cache: Dict[Tuple[type, ...], Callable] = {}
+        self.name = _ident(getattr(unwrap(f), "__name__", "f").replace("<lambda>", "lambda"))
+        _LIVE.add(self)
+
+    def build(self, args: Sequence[Any]) -> Callable:
+        key = tuple(map(type, args))
+        ir = ssa_of(self.f)
+        if len(args) != len(ir.params):
+            raise TypeError(f"{ir.name}() takes {len(ir.params)} positional arguments "
+                            f"but {len(args)} were given")
+        kinds = _kinds(args, ir.name)
+        wrap = wrapper_for(self.target)
+        if self.mode == "pullback":
+            entry = self._build_pullback(ir, kinds, wrap)
+        else:
+            entry = self._build_grad(ir, kinds, wrap)
+        self.cache[key] = entry
+        return entry
+
+    def _build_grad(self, ir: Function, kinds: List[str], wrap) -> Callable:
+        wrt, single = _normalise_argnums(self.argnums, len(ir.params))
+        for i in wrt:
+            if kinds[i] not in ("float", "complex", "int", "bool"):
+                raise TypeMismatch(f"cannot differentiate with respect to argument {i}")
+        value = self.mode == "value_and_grad"
+        p = plan(ir, kinds, wrt, self.target)
+        fname = f"{self.name}_{'vg' if value else 'grad'}"
+        _, code, ns, diffable = emit_fused(p, fname, wrap, value=value)
+        (fn,), path, locs = load(code, ns.ns, [fname], self.target, fname)
+        fn = _checked(fn, path, locs, ir.name)
+        if single:
+            if wrt[0] in diffable:
+                return fn
+            if value:
+                return lambda *a: (fn(*a, 1.0)[0], None)
+            return lambda *a: None
+        # tuple argnums: None for non-differentiable entries
+        slots = [diffable.index(i) if i in diffable else None for i in wrt]
+        n = len(diffable)
+
+        def post(g):
+            g = g if isinstance(g, tuple) or n != 1 else (g,)
+            return tuple(None if s is None else g[s] for s in slots)
+        if value:
+            return lambda *a: _vg_post(fn(*a, 1.0), post)
+        return lambda *a: post(fn(*a))
+
+    def _build_pullback(self, ir: Function, kinds: List[str], wrap) -> Callable:
+        wrt = list(range(len(ir.params)))
+        p = plan(ir, kinds, wrt, self.target)
+        stem = f"{self.name}_pullback"
+        code, ns, tape = emit_split(p, stem, wrap)
+        (prim, adj), path, locs = load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
+                                       self.target, stem)
+        prim = _checked(prim, path, locs, ir.name)
+        adj = _checked(adj, path, locs, ir.name)
+        slots = [i for i, k in enumerate(kinds) if k in ("float", "complex")]
+        nargs = len(kinds)
+
+        def run(*args):
+            y, tp = prim(*args)
+
+            def back(dy=1.0):
+                """Cotangents of every positional argument (None for ints and bools)."""
+                if dy is None:
+                    dy = 0.0
+                gs = adj(*tp, float(dy) if not isinstance(dy, complex) else dy)
+                out: List[Any] = [None] * nargs
+                for s, g in zip(slots, gs):
+                    out[s] = g
+                return tuple(out)
+            return y, back
+        return run
+
+
+def _vg_post(r, post):
+    return r[0], post(r[1])
+
+
+def _checked(fn: Callable, path: str, locs, fname: str) -> Callable:
+    """Map numba compilation errors on the first call to a zyg CompileError."""
+    if not hasattr(fn, "py_func"):
+        return fn
+    import numba.core.errors as nerr
+
+    state = {"ok": False}
+
+    @functools.wraps(fn.py_func)
+    def first(*args):
+        if state["ok"]:
+            return fn(*args)
+        try:
+            out = fn(*args)
+        except (nerr.TypingError, nerr.LoweringError, nerr.UnsupportedError) as e:
+            raise compile_error(e, path, locs, fname) from None
+        state["ok"] = True
+        return out
+    first.dispatcher = fn
+    # after a successful first compile, callers use the dispatcher directly
+    return _FirstCall(first, fn, state)
+
+
+class _FirstCall:
+    """Calls through the error-mapping wrapper until the first successful compile."""
+    __slots__ = ("first", "fn", "state")
+
+    def __init__(self, first, fn, state):
+        self.first = first
+        self.fn = fn
+        self.state = state
+
+    def __call__(self, *args):
+        return self.first(*args)
+
+
+def _fast(entry):
+    """The fastest callable for a cache entry (the bare dispatcher once it compiled)."""
+    if isinstance(entry, _FirstCall) and entry.state["ok"]:
+        return entry.fn
+    return entry
+
+
+def _make(f, argnums, target, mode, doc):
+    spec = _Specializer(f, argnums, target, mode)
+    cache = spec.cache
+
+    def g(*args):
+        entry = cache.get(tuple(map(type, args)))
+        if entry is None:
+            entry = spec.build(args)
+        out = entry(*args)
+        if type(entry) is _FirstCall and entry.state["ok"]:
+            cache[tuple(map(type, args))] = entry.fn
+        return out
+    functools.update_wrapper(g, unwrap(f))
+    g.__doc__ = doc
+    g._zyg = spec
+    return g
+
+
+def grad(f: Optional[Callable] = None, argnums: Union[int, Sequence[int]] = 0, *,
+         target: str = "cpu") -> Callable:
+    """Gradient of a scalar function ``f`` with respect to argument(s) ``argnums``.
+
+    ``zyg.grad(f)(x)`` is df/dx.  With a tuple ``argnums`` the result is a tuple.
+    Integer and boolean arguments are not differentiable: their gradient is None.
+    Usable as a bare decorator (``@zyg.grad``) or with options
+    (``@zyg.grad(argnums=1, target="python")``).
+    """
+    if f is None:
+        return lambda fn: grad(fn, argnums, target=target)
+    return _make(f, argnums, target, "grad", f"Gradient of {getattr(f, '__name__', 'f')} (zyg).")
+
+
+def value_and_grad(f: Optional[Callable] = None, argnums: Union[int, Sequence[int]] = 0, *,
+                   target: str = "cpu") -> Callable:
+    """Like :func:`grad` but returns ``(f(*args), gradient)`` from one pass."""
+    if f is None:
+        return lambda fn: value_and_grad(fn, argnums, target=target)
+    return _make(f, argnums, target, "value_and_grad",
+                 f"Value and gradient of {getattr(f, '__name__', 'f')} (zyg).")
+
+
+_PULLBACKS: Dict[Tuple[Any, str], _Specializer] = {}
+
+
+def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callable]:
+    """Run ``f(*args)`` and return ``(y, back)``; ``back(dy)`` gives one cotangent per
+    positional argument (None for ints and bools).  ``back`` may be called many times."""
+    key = (unwrap(f), target)
+    spec = _PULLBACKS.get(key)
+    if spec is None:
+        spec = _Specializer(f, 0, target, "pullback")
+        _PULLBACKS[key] = spec
+    tkey = tuple(map(type, args))
+    entry = spec.cache.get(tkey)
+    if entry is None:
+        entry = spec.build(args)
+    return entry(*args)
+
+
+def stop_gradient(x):
+    """Identity whose result carries no gradient."""
+    return x
+
+
+def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=None) -> str:
+    """Print (and return) the SSA IR, the primal and the adjoint source zyg generates for ``f``.
+
+    ``args`` are example arguments fixing the types (default: every parameter a float).
+    """
+    import sys
+    ir = ssa_of(f)
+    if not args:
+        args = tuple(1.0 for _ in ir.params)
+    kinds = _kinds(args, ir.name)
+    wrt, _ = _normalise_argnums(argnums, len(ir.params))
+    p = plan(ir, kinds, wrt, "python")
+    name = _ident(ir.name)
+    code, _, _ = emit_split(p, name, lambda o: o)
+    _, fused, _, _ = emit_fused(p, name + "_vg", lambda o: o)
+    kinds_line = ", ".join(f"{q}: {p.kinds.get(q.id)}" for q in ir.params)
+    act = ", ".join(f"%{v}" for v in sorted(p.active)) or "(none)"
+    text = (f"=== SSA IR of {ir.name} ===\n{ir}\n\n"
+            f"argument kinds: {kinds_line}\nactive values: {act}\n\n"
+            f"=== primal and adjoint (used by zyg.pullback) ===\n{code.text()}\n"
+            f"=== fused value-and-gradient (used by zyg.grad) ===\n{fused.text()}")
+    print(text, file=file or sys.stdout)
+    return text

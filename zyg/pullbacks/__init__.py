@@ -1,0 +1,1 @@
+"""Pullbacks: the reverse-mode transform of SSA functions (primal + adjoint)."""

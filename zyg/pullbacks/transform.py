@@ -1,0 +1,499 @@
+"""The reverse-mode transform: SSA function -> Python source of primal + adjoint.
+
+Both halves are emitted as *dispatch loops* over block ids (Python has no goto;
+LLVM threads the jumps, so this costs nothing measurable in numba):
+
+* the primal runs the original CFG; each active call is replaced by its rule's
+  forward code; blocks inside loops push their residuals on typed stacks, merge
+  blocks record the incoming edge (a scalar for blocks that run once, a stack
+  push inside loops); values of blocks that run once are simply kept in scope;
+* the adjoint walks the transposed CFG from the return block back to the entry;
+  for each block it pops the residuals, runs the rules' pullbacks in reverse
+  statement order accumulating cotangents, then hands the cotangents of the
+  block parameters to the predecessor it came from (read from the edge record).
+
+Cotangents live in one accumulator per active SSA value (``d<name>``): uses add
+to it, and the reverse of the definition consumes it and, in loops, resets it.
+Branch arguments are parallel assignments in both directions (swap loops).
+
+``emit_fused`` gives one function returning (value, gradients) - residuals of
+once-run blocks need no tape at all; ``emit_split`` gives a primal returning
+(value, tape) and an adjoint taking (tape..., dy), used by ``zyg.pullback``.
+"""
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from ..errors import NoAdjoint
+from ..rules import registry
+from ..pullbacks.closure import ConvertedRule, render, resolve_global
+from ..ssa.analysis import activity, infer_kinds, loops_of_blocks, natural_loops
+from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Namespace, const_src, var_name
+from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var, callee_name
+from ..ssa.passes import dominators
+from .tape import INITIAL, KIND_STACK, STACKS, grow_for
+
+
+@dataclass
+class Plan:
+    """Everything the emitter needs to know about one specialisation."""
+    fn: Function
+    kinds: Dict[int, str]
+    active: Set[int]
+    wrt: List[int]
+    loops_of: Dict[int, Set[int]]
+    preds: Dict[int, List[int]]
+    defblock: Dict[int, int]
+    target: str
+
+
+def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan:
+    kinds = infer_kinds(fn, argkinds)
+    act = activity(fn, kinds, wrt, registry.is_nondifferentiable)
+    dom = dominators(fn)
+    loops = natural_loops(fn, dom)
+    defblock = {}
+    for blk in fn.iter_blocks():
+        for p in blk.params:
+            defblock[p.id] = blk.id
+        for st in blk.stmts:
+            if st.var is not None:
+                defblock[st.var.id] = blk.id
+    return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, target)
+
+
+class Emitter:
+    def __init__(self, p: Plan, wrap: Callable[[Any], Any]):
+        self.p = p
+        self.fn = p.fn
+        self.ns = Namespace(wrap)
+        self.wrap = wrap
+        self.stack_used: Set[str] = set()
+        self.tag_scalars: List[str] = []
+        self.adj_uses: Set[str] = set()       # primal names read by the adjoint (no tape)
+        self.pushes: Dict[int, List[Tuple[str, str]]] = {}   # block -> [(name, kind)]
+        self.extra: Dict[int, List[Tuple[str, str]]] = {}    # stmt var id -> [(name, kind)] of fwd residuals
+        self.helpers: Dict[int, str] = {}
+        self.rules: Dict[int, ConvertedRule] = {}
+        self._prepare()
+
+    # -- helpers ------------------------------------------------------------------
+    def kind(self, v) -> str:
+        if isinstance(v, Var):
+            return self.p.kinds.get(v.id, "undef")
+        from ..ssa.analysis import const_kind
+        return const_kind(v)
+
+    def is_active(self, v) -> bool:
+        return isinstance(v, Var) and v.id in self.p.active
+
+    def src(self, a) -> str:
+        return var_name(a) if isinstance(a, Var) else const_src(a, self.ns)
+
+    def in_loop(self, b: int) -> bool:
+        return bool(self.p.loops_of[b])
+
+    def needs_push(self, use_block: int, def_block: int) -> bool:
+        return bool(self.p.loops_of[use_block] & self.p.loops_of[def_block])
+
+    def active_stmt(self, st: Stmt) -> bool:
+        return st.var is not None and self.is_active(st.var) and any(
+            self.is_active(a) for a in st.expr.operands())
+
+    def rule_for(self, blk, st: Stmt) -> ConvertedRule:
+        r = registry.lookup(st.expr.fn)
+        if r is None:
+            loc = st.loc
+            name = callee_name(st.expr.fn)
+            raise NoAdjoint(
+                f"no adjoint rule for {name}, which this differentiated function calls",
+                loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                hint=f"write a rule with @zyg.adjoint({name}), declare it with "
+                     f"zyg.nondifferentiable, or wrap the value in zyg.stop_gradient")
+        if st.expr.kwargs:
+            loc = st.loc
+            raise NoAdjoint(f"keyword arguments to {callee_name(st.expr.fn)} are not supported "
+                            "in differentiated calls", loc.filename, loc.lineno, loc.col)
+        conv = r.converted
+        if len(conv.params) != len(st.expr.args):
+            loc = st.loc
+            raise NoAdjoint(f"the rule for {callee_name(st.expr.fn)} takes {len(conv.params)} "
+                            f"arguments but is called with {len(st.expr.args)}",
+                            loc.filename, loc.lineno, loc.col)
+        return conv
+
+    def _prepare(self) -> None:
+        """Find the rules, the residuals each block records and the edge records."""
+        for blk in self.fn.iter_blocks():
+            pushes: List[Tuple[str, str]] = []
+            for st in blk.stmts:
+                if not self.active_stmt(st):
+                    continue
+                conv = self.rule_for(blk, st)
+                self.rules[st.var.id] = conv
+                if conv.fwd_src is not None:
+                    ex = [(f"{var_name(st.var)}_r{j}", "float") for j, _ in enumerate(conv.extra_res)]
+                    self.extra[st.var.id] = ex
+                    if self.in_loop(blk.id):
+                        pushes += ex
+                for name in conv.free:
+                    if name in conv.params:
+                        a = st.expr.args[conv.params.index(name)]
+                    elif name == conv.out:
+                        a = st.var
+                    else:
+                        continue
+                    if isinstance(a, Var) and self.needs_push(blk.id, self.p.defblock[a.id]):
+                        pushes.append((var_name(a), self.kind(a)))
+                if conv.bwd_src is not None:
+                    # the generated bwd takes all parameters (and the output)
+                    for a in list(st.expr.args) + ([st.var] if conv.out else []):
+                        if isinstance(a, Var) and self.needs_push(blk.id, self.p.defblock[a.id]):
+                            pushes.append((var_name(a), self.kind(a)))
+            seen = set()
+            uniq = []
+            for name, k in pushes:
+                if name not in seen:
+                    seen.add(name)
+                    uniq.append((name, k))
+            self.pushes[blk.id] = uniq
+            for _, k in uniq:
+                self.stack_used.add(KIND_STACK.get(k, "f"))
+        for b, ps in self.p.preds.items():
+            if len(ps) > 1:
+                if self.in_loop(b):
+                    self.stack_used.add("i")
+                else:
+                    self.tag_scalars.append(f"_tag{b}")
+
+    def helper(self, conv: ConvertedRule, which: str) -> str:
+        src = conv.fwd_src if which == "fwd" else conv.bwd_src
+        glob = dict(conv.globals)
+        exec(compile(src, f"<zyg rule {conv.name}>", "exec"), glob)
+        fobj = glob[f"{conv.name}_{which}"]
+        if self.p.target != "python":
+            import numba
+            # rule globals resolved by numba from glob: wrap plain functions it calls
+            for k, v in list(glob.items()):
+                if isinstance(v, types.FunctionType) and v is not fobj and not k.startswith("__"):
+                    glob[k] = self.wrap(v)
+            fobj = numba.njit(fobj)
+        return self.ns.ref(fobj, f"{conv.name}_{which}")
+
+    # -- stack code ----------------------------------------------------------------
+    def push_code(self, items: List[Tuple[str, str]], ind: int, code: Code) -> None:
+        by: Dict[str, List[str]] = {}
+        for name, k in items:
+            by.setdefault(KIND_STACK.get(k, "f"), []).append(name)
+        for s, names in by.items():
+            n = len(names)
+            code.add(ind, f"if _{s}sp + {n} > _{s}cap:")
+            code.add(ind + 1, f"_zyg_grow(_{s}h, _{s}sp + {n})")
+            code.add(ind + 1, f"_{s}s = _{s}h[0]")
+            code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
+            for j, name in enumerate(names):
+                code.add(ind, f"_{s}s[_{s}sp + {j}] = {name}")
+            code.add(ind, f"_{s}sp += {n}")
+
+    # -- primal --------------------------------------------------------------------
+    def primal_stmt(self, blk, st: Stmt, ind: int, code: Code) -> None:
+        e = st.expr
+        lhs = var_name(st.var) + " = " if st.var is not None else ""
+        args = [self.src(a) for a in e.args]
+        if st.var is not None and st.var.id in self.rules:
+            conv = self.rules[st.var.id]
+            if conv.fwd_expr is not None:
+                used: Set[str] = set()
+                mapping = dict(zip(conv.params, args))
+                text = render(conv.fwd_expr, mapping, used)
+                for g in sorted(used):
+                    bound = self.ns.bind(g, resolve_global(conv, g))
+                    if bound != g:
+                        mapping[g] = bound
+                if any(mapping.get(g, g) != g for g in used):
+                    text = render(conv.fwd_expr, mapping, set())
+                code.add(ind, lhs + text, st.loc)
+            else:
+                h = self.helper(conv, "fwd")
+                code.add(ind, f"_t = {h}({', '.join(args)})", st.loc)
+                code.add(ind, f"{var_name(st.var)} = _t[0]", st.loc)
+                for j, (name, _) in enumerate(self.extra[st.var.id]):
+                    code.add(ind, f"{name} = _t[{j + 1}]", st.loc)
+            return
+        if e.fn in INFIX and len(args) == 2 and not e.kwargs:
+            code.add(ind, f"{lhs}{args[0]} {INFIX[e.fn]} {args[1]}", st.loc)
+        elif e.fn in PREFIX and len(args) == 1 and not e.kwargs:
+            code.add(ind, f"{lhs}{PREFIX[e.fn]}{args[0]}", st.loc)
+        else:
+            f = self.ns.ref(e.fn)
+            args += [f"{k}={self.src(v)}" for k, v in e.kwargs.items()]
+            code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
+
+    def edge(self, src_blk: int, target: int, args, ind: int, code: Code, record: bool) -> None:
+        params = self.fn.blocks[target].params
+        if params:
+            lhs = ", ".join(var_name(p) for p in params)
+            rhs = ", ".join(self.src(a) for a in args)
+            code.add(ind, f"{lhs} = {rhs}")
+        ps = self.p.preds[target]
+        if record and len(ps) > 1:
+            k = ps.index(src_blk)
+            if self.in_loop(target):
+                self.push_code([(str(k), "int")], ind, code)
+            else:
+                code.add(ind, f"_tag{target} = {k}")
+        code.add(ind, f"_blk = {target}")
+
+    def primal(self, code: Code, ind: int, record: bool) -> None:
+        code.add(ind, f"_blk = {self.fn.order[0]}")
+        code.add(ind, "while True:")
+        first = True
+        for blk in self.fn.iter_blocks():
+            code.add(ind + 1, f"{'if' if first else 'elif'} _blk == {blk.id}:")
+            first = False
+            i2 = ind + 2
+            for st in blk.stmts:
+                self.primal_stmt(blk, st, i2, code)
+            if record and self.pushes[blk.id]:
+                self.push_code(self.pushes[blk.id], i2, code)
+            t = blk.term
+            if isinstance(t, Jump):
+                self.edge(blk.id, t.target, t.args, i2, code, record)
+            elif isinstance(t, Branch):
+                code.add(i2, f"if {self.src(t.cond)}:")
+                self.edge(blk.id, t.true, t.true_args, i2 + 1, code, record)
+                code.add(i2, "else:")
+                self.edge(blk.id, t.false, t.false_args, i2 + 1, code, record)
+            else:
+                code.add(i2, f"_ret = {self.src(t.value)}")
+                code.add(i2, "break")
+
+    # -- adjoint -------------------------------------------------------------------
+    def dname(self, v: Var) -> str:
+        return "d" + var_name(v)
+
+    def adjoint(self, code: Code, ind: int) -> None:
+        fn = self.fn
+        active_vars = sorted(self.p.active)
+        names = {}
+        for blk in fn.iter_blocks():
+            for p in blk.params:
+                names[p.id] = p
+            for st in blk.stmts:
+                if st.var is not None:
+                    names[st.var.id] = st.var
+        for vid in active_vars:
+            v = names[vid]
+            code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")
+        ret_blk = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
+        rv = ret_blk.term.value
+        if self.is_active(rv):
+            code.add(ind, f"{self.dname(rv)} = _dy")
+        code.add(ind, f"_blk = {ret_blk.id}")
+        code.add(ind, "while True:")
+        first = True
+        for blk in reversed([fn.blocks[b] for b in fn.order]):
+            code.add(ind + 1, f"{'if' if first else 'elif'} _blk == {blk.id}:")
+            first = False
+            i2 = ind + 2
+            local: Dict[str, str] = {}
+            by: Dict[str, List[str]] = {}
+            for name, k in self.pushes[blk.id]:
+                by.setdefault(KIND_STACK.get(k, "f"), []).append(name)
+            for s, pnames in by.items():
+                n = len(pnames)
+                code.add(i2, f"_{s}sp -= {n}")
+                for j, name in enumerate(pnames):
+                    local[name] = f"{name}_b{blk.id}"
+                    code.add(i2, f"{local[name]} = _{s}s[_{s}sp + {j}]")
+            for st in reversed(blk.stmts):
+                if st.var is not None and st.var.id in self.rules:
+                    self.adjoint_stmt(blk, st, local, i2, code)
+            self.adjoint_entry(blk, i2, code)
+            if blk.id == fn.order[0]:
+                code.add(i2, "break")
+
+    def value_ref(self, a, local: Dict[str, str]) -> str:
+        if not isinstance(a, Var):
+            return const_src(a, self.ns)
+        n = var_name(a)
+        if n in local:
+            return local[n]
+        self.adj_uses.add(n)
+        return n
+
+    def adjoint_stmt(self, blk, st: Stmt, local: Dict[str, str], ind: int, code: Code) -> None:
+        conv = self.rules[st.var.id]
+        dy = self.dname(st.var)
+        args = st.expr.args
+        targets = [(i, a) for i, a in enumerate(args) if self.is_active(a) and conv.nonzero[i]]
+        if conv.back_exprs is not None:
+            mapping = {}
+            for name in conv.free:
+                if name in conv.params:
+                    mapping[name] = self.value_ref(args[conv.params.index(name)], local)
+                elif name == conv.out:
+                    mapping[name] = self.value_ref(st.var, local)
+            for name, (ename, _) in zip(conv.extra_res, self.extra.get(st.var.id, [])):
+                mapping[name] = local.get(ename, ename)
+                if ename not in local:
+                    self.adj_uses.add(ename)
+            mapping[conv.back_param] = dy
+            for i, a in targets:
+                used: Set[str] = set()
+                text = render(conv.back_exprs[i], mapping, used)
+                ren = {}
+                for g in sorted(used):
+                    bound = self.ns.bind(g, resolve_global(conv, g))
+                    if bound != g:
+                        ren[g] = bound
+                if ren:
+                    text = render(conv.back_exprs[i], {**mapping, **ren}, set())
+                code.add(ind, f"{self.dname(a)} += {text}", st.loc)
+        else:
+            h = self.helper(conv, "bwd")
+            bargs = [self.value_ref(a, local) for a in args]
+            for name, _ in self.extra.get(st.var.id, []):
+                bargs.append(local.get(name, name))
+                if name not in local:
+                    self.adj_uses.add(name)
+            if conv.out and conv.out not in conv.extra_res:
+                bargs.append(self.value_ref(st.var, local))
+            code.add(ind, f"_g = {h}({', '.join(bargs + [dy])})", st.loc)
+            for i, a in targets:
+                code.add(ind, f"{self.dname(a)} += _g[{i}]", st.loc)
+        if self.in_loop(blk.id):
+            code.add(ind, f"{dy} = {ZERO.get(self.kind(st.var), '0.0')}")
+
+    def adjoint_entry(self, blk, ind: int, code: Code) -> None:
+        if blk.id == self.fn.order[0]:
+            return
+        act = [(k, p) for k, p in enumerate(blk.params) if self.is_active(p)]
+        for j, (k, p) in enumerate(act):
+            code.add(ind, f"_c{j} = {self.dname(p)}")
+            if self.in_loop(blk.id):
+                code.add(ind, f"{self.dname(p)} = {ZERO.get(self.kind(p), '0.0')}")
+        ps = self.p.preds[blk.id]
+
+        def to_pred(pred: int, i2: int):
+            t = self.fn.blocks[pred].term
+            if isinstance(t, Jump):
+                args = t.args
+            else:
+                args = t.true_args if t.true == blk.id else t.false_args
+            for j, (k, p) in enumerate(act):
+                a = args[k]
+                if self.is_active(a):
+                    code.add(i2, f"{self.dname(a)} += _c{j}")
+            code.add(i2, f"_blk = {pred}")
+
+        if len(ps) == 1:
+            to_pred(ps[0], ind)
+            return
+        if self.in_loop(blk.id):
+            code.add(ind, "_isp -= 1")
+            code.add(ind, "_tag = _is[_isp]")
+        else:
+            code.add(ind, f"_tag = _tag{blk.id}")
+        for k, pred in enumerate(ps):
+            if k == len(ps) - 1:
+                code.add(ind, "else:")
+            else:
+                code.add(ind, f"{'if' if k == 0 else 'elif'} _tag == {k}:")
+            to_pred(pred, ind + 1)
+
+    # -- whole functions ---------------------------------------------------------
+    def stack_init(self, code: Code, ind: int) -> None:
+        for s in sorted(self.stack_used):
+            dt, _ = STACKS[s]
+            code.add(ind, f"_{s}h = [np.empty({INITIAL}, {dt})]")
+            code.add(ind, f"_{s}s = _{s}h[0]")
+            code.add(ind, f"_{s}cap = {INITIAL}")
+            code.add(ind, f"_{s}sp = 0")
+        if self.stack_used:
+            self.ns.ns["_zyg_grow"] = grow_for(self.p.target)
+
+    def residual_init(self, code: Code, ind: int) -> None:
+        kinds_by_name = {}
+        for blk in self.fn.iter_blocks():
+            for v in blk.params + [s.var for s in blk.stmts if s.var is not None]:
+                kinds_by_name[var_name(v)] = self.kind(v)
+        for ex in self.extra.values():
+            for name, k in ex:
+                kinds_by_name[name] = k
+        params = {var_name(p) for p in self.fn.params}
+        for n in sorted(self.adj_uses - params):
+            code.add(ind, f"{n} = {ZERO.get(kinds_by_name.get(n, 'float'), '0.0')}")
+        for t in self.tag_scalars:
+            code.add(ind, f"{t} = 0")
+
+    def grad_outputs(self) -> List[str]:
+        outs = []
+        for i in self.p.wrt:
+            p = self.fn.params[i]
+            k = self.kind(p)
+            if k not in ("float", "complex"):
+                continue
+            outs.append(self.dname(p) if self.is_active(p) else ZERO[k])
+        return outs
+
+
+def _header(fn: Function, name: str, extra: List[str]) -> str:
+    params = [var_name(p) for p in fn.params] + extra
+    return f"def {name}({', '.join(params)}):"
+
+
+def emit_fused(p: Plan, name: str, wrap, value: bool = True) -> Tuple[str, Code, Namespace, List[int]]:
+    """One function ``name(*args, _dy) -> (value, grad)``; grad is a tuple if several.
+
+    With ``value=False``: ``name(*args) -> grad`` with the output cotangent 1.
+    """
+    em = Emitter(p, wrap)
+    adj = Code()
+    em.adjoint(adj, 1)
+    body = Code()
+    em.stack_init(body, 1)
+    em.residual_init(body, 1)
+    em.primal(body, 1, record=True)
+    outs = em.grad_outputs()
+    code = Code()
+    code.add(0, _header(p.fn, name, ["_dy"] if value else []))
+    what = "Value and gradient" if value else "Gradient"
+    code.add(1, f'"""{what} of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
+    if not value:
+        code.add(1, "_dy = 1.0")
+    code.extend(body)
+    code.extend(adj)
+    g = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
+    if not outs:
+        g = "()"
+    code.add(1, f"return _ret, {g}" if value else f"return {g}")
+    return name, code, em.ns, [i for i in p.wrt if em.kind(p.fn.params[i]) in ("float", "complex")]
+
+
+def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str]]:
+    """A primal ``name_primal(*args) -> (value, tape)`` and ``name_adjoint(*tape, _dy)``."""
+    em = Emitter(p, wrap)
+    adj = Code()
+    em.adjoint(adj, 1)
+    tape = []
+    for s in sorted(em.stack_used):
+        tape += [f"_{s}s", f"_{s}sp"]
+    tape += em.tag_scalars + sorted(em.adj_uses)
+    code = Code()
+    code.add(0, f"def {name}_primal({', '.join(var_name(q) for q in p.fn.params)}):")
+    code.add(1, f'"""Primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}): returns (value, tape)."""')
+    em.stack_init(code, 1)
+    em.residual_init(code, 1)
+    em.primal(code, 1, record=True)
+    tt = "(" + "".join(t + ", " for t in tape) + ")"
+    code.add(1, f"return _ret, {tt}")
+    code.add(0, "")
+    code.add(0, f"def {name}_adjoint({', '.join(tape + ['_dy'])}):")
+    code.add(1, f'"""Adjoint of {p.fn.name}: gradients of every float argument."""')
+    code.extend(adj)
+    outs = em.grad_outputs()
+    code.add(1, "return (" + "".join(o + ", " for o in outs) + ")")
+    return code, em.ns, tape

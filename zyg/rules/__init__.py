@@ -1,0 +1,7 @@
+"""zyg's rule library: the registry and the built-in rules.
+
+Built-in rules are written with the same public :func:`zyg.adjoint` mechanism that
+users have.  Importing this package registers them.
+"""
+from .registry import adjoint, nondifferentiable, lookup, is_nondifferentiable, Rule  # noqa: F401
+from . import scalar  # noqa: F401  (registers the scalar rules)

@@ -1,0 +1,118 @@
+"""The rule registry: custom adjoints (``@zyg.adjoint``) and non-differentiable functions.
+
+A rule for ``fn`` is a Python function with ``fn``'s positional parameters that
+computes the primal result and returns it together with a ``back`` closure::
+
+    @zyg.adjoint(my_norm)
+    def _(x):
+        r = my_norm(x)
+        def back(dr):
+            return (dr * x / r,)
+        return r, back
+
+zyg never calls this function at run time: it closure-converts it (see
+``zyg/pullbacks/closure.py``) so that the forward part is inlined into the
+primal and ``back`` into the adjoint.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+
+class Rule:
+    """A registered custom adjoint for the primal function ``fn``."""
+
+    def __init__(self, fn: Any, rule_fn: Callable, samples: Optional[list] = None):
+        self.fn = fn
+        self.rule_fn = rule_fn
+        self.samples = samples or []
+        self._converted = None
+
+    @property
+    def converted(self):
+        """The closure-converted form (parsed lazily, once)."""
+        if self._converted is None:
+            from ..pullbacks.closure import convert_rule
+            self._converted = convert_rule(self)
+        return self._converted
+
+    def __repr__(self) -> str:
+        from ..ssa.ir import callee_name
+        return f"<zyg rule for {callee_name(self.fn)}>"
+
+
+_RULES: Dict[Any, Rule] = {}
+_NONDIFF: Dict[Any, bool] = {}
+_BUILTIN_KEYS: set = set()
+_builtin_phase = True
+
+
+def _key(fn: Any) -> Any:
+    fn = getattr(fn, "py_func", fn)   # a numba dispatcher and its function share rules
+    try:
+        hash(fn)
+        return fn
+    except TypeError:
+        return id(fn)
+
+
+def adjoint(fn: Any, *, samples: Optional[list] = None) -> Callable[[Callable], Callable]:
+    """Register a custom reverse-mode rule for ``fn`` (decorator factory).
+
+    ``samples`` optionally lists argument tuples at which the generic rule
+    checker (``zyg.testing.check_rule``) tests the rule.
+    """
+    def register(rule_fn: Callable) -> Callable:
+        k = _key(fn)
+        _RULES[k] = Rule(fn, rule_fn, samples)
+        _NONDIFF.pop(k, None)
+        if _builtin_phase:
+            _BUILTIN_KEYS.add(k)
+        from ..api import _invalidate_caches
+        _invalidate_caches()
+        return rule_fn
+    return register
+
+
+def nondifferentiable(fn: Any) -> Any:
+    """Declare ``fn`` non-differentiable: its result never carries a gradient."""
+    k = _key(fn)
+    _NONDIFF[k] = True
+    _RULES.pop(k, None)
+    if _builtin_phase:
+        _BUILTIN_KEYS.add(k)
+    return fn
+
+
+def lookup(fn: Any) -> Optional[Rule]:
+    """The rule registered for ``fn``, or None."""
+    try:
+        return _RULES.get(_key(fn))
+    except TypeError:
+        return None
+
+
+def is_nondifferentiable(fn: Any) -> bool:
+    try:
+        return _NONDIFF.get(_key(fn), False)
+    except TypeError:
+        return False
+
+
+def all_rules() -> Dict[Any, Rule]:
+    return dict(_RULES)
+
+
+def reset_user_rules() -> None:
+    """Forget every rule registered by users (tests call this between cases)."""
+    for k in list(_RULES):
+        if k not in _BUILTIN_KEYS:
+            del _RULES[k]
+    for k in list(_NONDIFF):
+        if k not in _BUILTIN_KEYS:
+            del _NONDIFF[k]
+
+
+def end_builtin_phase() -> None:
+    global _builtin_phase
+    _builtin_phase = False

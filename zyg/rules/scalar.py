@@ -1,0 +1,138 @@
+"""Scalar rules: arithmetic operators, ``math`` and numpy scalar functions.
+
+The derivatives are a *table*, not a hundred hand-written functions: each entry
+becomes the source text of an ordinary ``@adjoint`` rule (the same mechanism users
+have), registered in ``linecache`` under the pseudo-file ``<zyg-rules-scalar>`` so
+that ``zyg.show`` and tracebacks can display it.  In the derivative expressions
+``x`` is the argument, ``y`` the primal result, ``M`` the module (``math`` or ``np``).
+"""
+from __future__ import annotations
+
+import builtins
+import linecache
+import math
+import operator
+
+import numpy as np
+
+from .registry import adjoint, nondifferentiable
+
+# name -> derivative dy/dx as an expression in x, y, M
+UNARY = {
+    "sin": "M.cos(x)", "cos": "-M.sin(x)", "tan": "1.0 + y * y",
+    "arcsin": "1.0 / M.sqrt(1.0 - x * x)", "arccos": "-1.0 / M.sqrt(1.0 - x * x)",
+    "arctan": "1.0 / (1.0 + x * x)",
+    "asin": "1.0 / M.sqrt(1.0 - x * x)", "acos": "-1.0 / M.sqrt(1.0 - x * x)",
+    "atan": "1.0 / (1.0 + x * x)",
+    "sinh": "M.cosh(x)", "cosh": "M.sinh(x)", "tanh": "1.0 - y * y",
+    "arcsinh": "1.0 / M.sqrt(x * x + 1.0)", "arccosh": "1.0 / M.sqrt(x * x - 1.0)",
+    "arctanh": "1.0 / (1.0 - x * x)",
+    "asinh": "1.0 / M.sqrt(x * x + 1.0)", "acosh": "1.0 / M.sqrt(x * x - 1.0)",
+    "atanh": "1.0 / (1.0 - x * x)",
+    "exp": "y", "expm1": "y + 1.0", "exp2": "y * 0.6931471805599453",
+    "log": "1.0 / x", "log2": "1.0 / (x * 0.6931471805599453)",
+    "log10": "1.0 / (x * 2.302585092994046)", "log1p": "1.0 / (1.0 + x)",
+    "sqrt": "0.5 / y", "cbrt": "1.0 / (3.0 * y * y)",
+    "erf": "1.1283791670955126 * M.exp(-x * x)", "erfc": "-1.1283791670955126 * M.exp(-x * x)",
+    "fabs": "(1.0 if x >= 0 else -1.0)", "absolute": "(1.0 if x >= 0 else -1.0)",
+    "square": "2.0 * x", "reciprocal": "-y * y", "negative": "-1.0", "positive": "1.0",
+    "radians": "0.017453292519943295", "degrees": "57.29577951308232",
+    "deg2rad": "0.017453292519943295", "rad2deg": "57.29577951308232",
+    "sinc": "((M.cos(M.pi * x) - y) / x if x != 0 else 0.0)",
+}
+
+# name -> (d/da, d/db) in a, b, y, M
+BINARY = {
+    "atan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
+    "arctan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
+    "hypot": ("a / y", "b / y"),
+    "pow": ("b * a ** (b - 1)", "(y * M.log(a) if a > 0 else 0.0)"),
+    "power": ("b * a ** (b - 1)", "(y * M.log(a) if a > 0 else 0.0)"),
+    "copysign": ("(1.0 if (a >= 0) == (b >= 0) else -1.0)", None),
+    "fmod": ("1.0", "-M.trunc(a / b)"),
+    "logaddexp": ("M.exp(a - y)", "M.exp(b - y)"),
+    "maximum": ("(1.0 if a > b else (0.5 if a == b else 0.0))",
+                "(1.0 if b > a else (0.5 if a == b else 0.0))"),
+    "minimum": ("(1.0 if a < b else (0.5 if a == b else 0.0))",
+                "(1.0 if b < a else (0.5 if a == b else 0.0))"),
+    "fmax": ("(1.0 if a > b else (0.5 if a == b else 0.0))",
+             "(1.0 if b > a else (0.5 if a == b else 0.0))"),
+    "fmin": ("(1.0 if a < b else (0.5 if a == b else 0.0))",
+             "(1.0 if b < a else (0.5 if a == b else 0.0))"),
+}
+
+# operator / builtin rules written out: (qualified name, params, back expressions, primal expr)
+SPECIAL = [
+    ("operator.add", "a, b", "dy, dy", "a + b"),
+    ("operator.sub", "a, b", "dy, -dy", "a - b"),
+    ("operator.mul", "a, b", "dy * b, dy * a", "a * b"),
+    ("operator.truediv", "a, b", "dy / b, -dy * y / b", "a / b"),
+    ("operator.mod", "a, b", "dy, -dy * math.floor(a / b)", "a % b"),
+    ("operator.pow", "a, b", "dy * b * a ** (b - 1), (dy * y * math.log(a) if a > 0 else 0.0)", "a ** b"),
+    ("operator.neg", "a", "-dy", "-a"),
+    ("operator.pos", "a", "dy", "+a"),
+    ("builtins.abs", "a", "(dy if a >= 0 else -dy)", "abs(a)"),
+    ("builtins.float", "a", "dy", "float(a)"),
+    ("builtins.max", "a, b", "(dy if a > b else (0.5 * dy if a == b else 0.0)), "
+                            "(dy if b > a else (0.5 * dy if a == b else 0.0))", "max(a, b)"),
+    ("builtins.min", "a, b", "(dy if a < b else (0.5 * dy if a == b else 0.0)), "
+                            "(dy if b < a else (0.5 * dy if a == b else 0.0))", "min(a, b)"),
+    ("math.pow", "a, b", "dy * b * a ** (b - 1), (dy * y * math.log(a) if a > 0 else 0.0)", "math.pow(a, b)"),
+]
+
+NONDIFF = [
+    operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
+    operator.not_, operator.truth, operator.floordiv, builtins.int, builtins.bool, builtins.round,
+    builtins.len, math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite,
+    np.floor, np.ceil, np.trunc, np.rint, np.round, np.sign, np.isnan, np.isinf, np.isfinite,
+    np.argmax, np.argmin, np.int64, np.int32, np.float64 if False else np.bool_,
+]
+
+_FILENAME = "<zyg-rules-scalar>"
+
+
+def _generate() -> str:
+    out = ["# generated from the tables in zyg/rules/scalar.py", ""]
+    for mod in ("math", "np"):
+        for name, d in UNARY.items():
+            if not hasattr(math if mod == "math" else np, name):
+                continue
+            expr = d.replace("M.", mod + ".")
+            out += [f"@adjoint({mod}.{name})",
+                    f"def {mod}_{name}_rule(x):",
+                    f"    y = {mod}.{name}(x)",
+                    "    def back(dy):",
+                    f"        return (dy * ({expr}),)",
+                    "    return y, back", ""]
+        for name, (da, db) in BINARY.items():
+            if not hasattr(math if mod == "math" else np, name) or (mod, name) == ("math", "pow"):
+                continue
+            da = da.replace("M.", mod + ".")
+            dbs = "None" if db is None else f"dy * ({db.replace('M.', mod + '.')})"
+            out += [f"@adjoint({mod}.{name})",
+                    f"def {mod}_{name}_rule(a, b):",
+                    f"    y = {mod}.{name}(a, b)",
+                    "    def back(dy):",
+                    f"        return (dy * ({da}), {dbs})",
+                    "    return y, back", ""]
+    for qual, params, back, primal in SPECIAL:
+        fname = qual.replace(".", "_") + "_rule"
+        out += [f"@adjoint({qual})",
+                f"def {fname}({params}):",
+                f"    y = {primal}",
+                "    def back(dy):",
+                f"        return ({back},)",
+                "    return y, back", ""]
+    return "\n".join(out) + "\n"
+
+
+def _install() -> None:
+    src = _generate()
+    linecache.cache[_FILENAME] = (len(src), None, src.splitlines(True), _FILENAME)
+    ns = {"math": math, "np": np, "operator": operator, "builtins": builtins, "adjoint": adjoint}
+    exec(compile(src, _FILENAME, "exec"), ns)
+    for fn in NONDIFF:
+        nondifferentiable(fn)
+
+
+_install()

@@ -1,0 +1,1 @@
+"""The SSA front end: Python source -> SSA control-flow graph with block arguments."""

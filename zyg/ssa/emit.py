@@ -1,0 +1,113 @@
+"""Python source emission helpers: a line builder that remembers user locations,
+names for SSA values, and a namespace of the objects generated code refers to.
+
+Emission is deterministic: the same IR gives the same text (names derive from
+value ids and source hints, never from object ids or randomness).
+"""
+from __future__ import annotations
+
+import keyword
+import math
+import operator
+import re
+import builtins
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .ir import Const, Loc, Undef, Var, callee_name
+
+INFIX = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+    operator.floordiv: "//", operator.mod: "%", operator.pow: "**",
+    operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
+    operator.eq: "==", operator.ne: "!=", operator.matmul: "@",
+}
+PREFIX = {operator.neg: "-", operator.pos: "+", operator.not_: "not "}
+
+ZERO = {"float": "0.0", "complex": "0j", "int": "0", "bool": "False", "none": "None",
+        "undef": "0.0", "object": "None"}
+
+
+class Code:
+    """Lines of Python source with the user location each line came from."""
+
+    def __init__(self):
+        self.lines: List[str] = []
+        self.locs: Dict[int, Loc] = {}
+
+    def add(self, indent: int, text: str, loc: Optional[Loc] = None) -> None:
+        for part in text.split("\n"):
+            self.lines.append("    " * indent + part)
+            if loc is not None:
+                self.locs[len(self.lines)] = loc
+
+    def extend(self, other: "Code") -> None:
+        base = len(self.lines)
+        self.lines += other.lines
+        for k, v in other.locs.items():
+            self.locs[base + k] = v
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _ident(s: str) -> str:
+    s = re.sub(r"\W", "_", s)
+    return s if s and not keyword.iskeyword(s) else (s + "_" if s else "v")
+
+
+def var_name(v: Var) -> str:
+    if v.hint and not v.hint.startswith("."):
+        return f"{_ident(v.hint)}_{v.id}"
+    return f"v{v.id}"
+
+
+class Namespace:
+    """The globals of a generated module: maps readable names to objects."""
+
+    def __init__(self, wrap=None):
+        self.ns: Dict[str, Any] = {"np": np, "math": math}
+        self.ids: Dict[int, str] = {id(np): "np", id(math): "math"}
+        self.wrap = wrap or (lambda obj: obj)
+
+    def ref(self, obj: Any, prefer: Optional[str] = None) -> str:
+        if id(obj) in self.ids:
+            return self.ids[id(obj)]
+        if getattr(builtins, getattr(obj, "__name__", ""), None) is obj:
+            name = obj.__name__
+            self.ns[name] = obj
+            self.ids[id(obj)] = name
+            return name
+        base = _ident(prefer or callee_name(obj).replace(".", "_"))
+        name = base
+        k = 1
+        while name in self.ns and self.ns[name] is not obj:
+            k += 1
+            name = f"{base}_{k}"
+        self.ns[name] = self.wrap(obj)
+        self.ids[id(obj)] = name
+        return name
+
+    def bind(self, name: str, obj: Any) -> str:
+        """Bind a global name used by inlined rule code; rename on conflict."""
+        if name in self.ns and self.ns[name] is obj:
+            return name
+        if name not in self.ns and id(obj) not in self.ids:
+            self.ns[name] = self.wrap(obj)
+            self.ids[id(obj)] = name
+            return name
+        return self.ref(obj, name)
+
+
+def const_src(c: Const, ns: Namespace) -> str:
+    if isinstance(c, Undef):
+        return "0.0"
+    v = c.value
+    if isinstance(v, float):
+        if math.isinf(v) or math.isnan(v):
+            return f"float('{v}')"
+        return repr(v)
+    if isinstance(v, (bool, int, complex)) or v is None:
+        return repr(v)
+    return ns.ref(v, "const")

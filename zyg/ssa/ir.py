@@ -1,0 +1,221 @@
+"""zyg's SSA intermediate representation.
+
+A :class:`Function` is a set of :class:`Block` objects with stable integer ids
+and a separate block order.  Blocks take parameters (block arguments replace
+phi nodes); a block holds straight-line :class:`Stmt` objects and ends in one
+terminator: :class:`Jump`, :class:`Branch` or :class:`Return`.  Values are
+:class:`Var` (defined once) or :class:`Const`.
+
+The printer follows the IRTools style::
+
+    1: (%1 x, %2 n)
+      %3 = %2 > 0
+      br %3 ? 2(%2, 1.0) : 3(1.0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+
+class Var:
+    """An SSA value.  ``hint`` is the source name it came from (for printing)."""
+
+    __slots__ = ("id", "hint")
+
+    def __init__(self, id: int, hint: str = ""):
+        self.id = id
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"%{self.id}"
+
+    __str__ = __repr__
+
+
+class Const:
+    """A constant operand (a Python number, bool or None)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    __str__ = __repr__
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Const) and type(other.value) is type(self.value)
+                and other.value == self.value)
+
+    def __hash__(self) -> int:
+        return hash((type(self.value), self.value))
+
+
+class Undef(Const):
+    """The value of a variable read on a path where it was never assigned."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def __repr__(self) -> str:
+        return "undef"
+
+    __str__ = __repr__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Undef)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+Operand = Union[Var, Const]
+
+
+@dataclass
+class Loc:
+    """A location in the user's source file."""
+    filename: str
+    lineno: int
+    col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+
+def callee_name(fn: Any) -> str:
+    """A readable name for a callee object (``math.sin``, ``operator.mul``)."""
+    mod = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    if mod in ("_operator", "operator"):
+        mod = "operator"
+    elif mod == "numpy" or mod.startswith("numpy."):
+        mod = "np"
+    elif mod == "builtins":
+        return name
+    return f"{mod}.{name}" if mod else name
+
+
+@dataclass
+class Call:
+    """Call of a Python object ``fn`` on operands (the only expression kind)."""
+    fn: Any
+    args: List[Operand]
+    kwargs: Dict[str, Operand] = field(default_factory=dict)
+
+    def operands(self) -> List[Operand]:
+        return list(self.args) + list(self.kwargs.values())
+
+    def __str__(self) -> str:
+        from .printer import format_call
+        return format_call(self)
+
+
+@dataclass
+class Stmt:
+    """``var = expr``; ``var`` is None for an effect."""
+    var: Optional[Var]
+    expr: Call
+    loc: Optional[Loc] = None
+
+    def __str__(self) -> str:
+        if self.var is None:
+            return str(self.expr)
+        return f"{self.var} = {self.expr}"
+
+
+@dataclass
+class Jump:
+    target: int
+    args: List[Operand]
+
+    def successors(self) -> List[Tuple[int, List[Operand]]]:
+        return [(self.target, self.args)]
+
+    def __str__(self) -> str:
+        return f"br {self.target}({', '.join(map(str, self.args))})"
+
+
+@dataclass
+class Branch:
+    cond: Operand
+    true: int
+    true_args: List[Operand]
+    false: int
+    false_args: List[Operand]
+
+    def successors(self) -> List[Tuple[int, List[Operand]]]:
+        return [(self.true, self.true_args), (self.false, self.false_args)]
+
+    def __str__(self) -> str:
+        t = f"{self.true}({', '.join(map(str, self.true_args))})"
+        f = f"{self.false}({', '.join(map(str, self.false_args))})"
+        return f"br {self.cond} ? {t} : {f}"
+
+
+@dataclass
+class Return:
+    value: Operand
+
+    def successors(self) -> List[Tuple[int, List[Operand]]]:
+        return []
+
+    def __str__(self) -> str:
+        return f"return {self.value}"
+
+
+Terminator = Union[Jump, Branch, Return]
+
+
+@dataclass
+class Block:
+    id: int
+    params: List[Var] = field(default_factory=list)
+    stmts: List[Stmt] = field(default_factory=list)
+    term: Optional[Terminator] = None
+    loc: Optional[Loc] = None
+
+    def successors(self) -> List[int]:
+        return [t for t, _ in self.term.successors()] if self.term else []
+
+    def __str__(self) -> str:
+        from .printer import format_block
+        return format_block(self)
+
+
+@dataclass
+class Function:
+    """An SSA function.  ``order`` lists block ids; ``order[0]`` is the entry."""
+    name: str
+    blocks: Dict[int, Block]
+    order: List[int]
+    filename: str = "<unknown>"
+    firstlineno: int = 1
+    argnames: List[str] = field(default_factory=list)
+
+    @property
+    def entry(self) -> Block:
+        return self.blocks[self.order[0]]
+
+    @property
+    def params(self) -> List[Var]:
+        return self.entry.params
+
+    def iter_blocks(self):
+        for b in self.order:
+            yield self.blocks[b]
+
+    def predecessors(self) -> Dict[int, List[int]]:
+        """Predecessor edges of every block, one entry per edge, in block order."""
+        preds: Dict[int, List[int]] = {b: [] for b in self.order}
+        for blk in self.iter_blocks():
+            for succ in blk.successors():
+                preds[succ].append(blk.id)
+        return preds
+
+    def __str__(self) -> str:
+        from .printer import format_function
+        return format_function(self)
