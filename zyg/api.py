@@ -119,7 +119,7 @@ class _Specializer:
             if wrt[0] in diffable:
                 return fn
             if value:
-                return lambda *a: (fn(*a, 1.0)[0], None)
+                return lambda *a: (fn(*a)[0], None)
             return lambda *a: None
         # tuple argnums: None for non-differentiable entries
         slots = [diffable.index(i) if i in diffable else None for i in wrt]
@@ -129,7 +129,7 @@ class _Specializer:
             g = g if isinstance(g, tuple) or n != 1 else (g,)
             return tuple(None if s is None else g[s] for s in slots)
         if value:
-            return lambda *a: _vg_post(fn(*a, 1.0), post)
+            return lambda *a: _vg_post(fn(*a), post)
         return lambda *a: post(fn(*a))
 
     def _build_pullback(self, ir: Function, kinds: List[str], wrap) -> Callable:

@@ -5,15 +5,18 @@ top index kept in local variables of the generated function.  Only the rare
 grow path reassigns the buffer (through the holder), which keeps numba's hot
 loop free of reference-count traffic: measured 2.3x the primal on the pow loop,
 against 14x-30x for a buffer reassigned in the loop and 16x for a typed list.
-The adjoint reads with a private cursor, so the tape can be replayed (``back``
+Edge tags go on their own int8 stack: besides using an eighth of the memory,
+two interleaved 8-byte streams measured 3x slower than one 8-byte and one
+1-byte stream in the pow loop.  The adjoint reads with a private cursor, so the tape can be replayed (``back``
 may be called several times).
 """
 from __future__ import annotations
 
 import numpy as np
 
-STACKS = {"f": ("np.float64", "float"), "i": ("np.int64", "int"), "c": ("np.complex128", "complex")}
-KIND_STACK = {"float": "f", "int": "i", "bool": "i", "complex": "c"}
+STACKS = {"f": ("np.float64", "float"), "i": ("np.int64", "int"), "c": ("np.complex128", "complex"),
+          "t": ("np.int8", "tag")}
+KIND_STACK = {"float": "f", "int": "i", "bool": "i", "complex": "c", "tag": "t"}
 INITIAL = 64
 
 

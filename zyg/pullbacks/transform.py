@@ -47,6 +47,7 @@ class Plan:
     preds: Dict[int, List[int]]
     defblock: Dict[int, int]
     target: str
+    loops: Dict[int, Set[int]] = field(default_factory=dict)
 
 
 def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan:
@@ -61,7 +62,8 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
         for st in blk.stmts:
             if st.var is not None:
                 defblock[st.var.id] = blk.id
-    return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, target)
+    return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, target,
+                loops)
 
 
 class Emitter:
@@ -77,6 +79,7 @@ class Emitter:
         self.extra: Dict[int, List[Tuple[str, str]]] = {}    # stmt var id -> [(name, kind)] of fwd residuals
         self.helpers: Dict[int, str] = {}
         self.rules: Dict[int, ConvertedRule] = {}
+        self._find_counted_loops()
         self._prepare()
 
     # -- helpers ------------------------------------------------------------------
@@ -124,6 +127,66 @@ class Emitter:
                             loc.filename, loc.lineno, loc.col)
         return conv
 
+    def _find_counted_loops(self) -> None:
+        """Loops entered by one edge and closed by one latch record a trip count, not tags.
+
+        The adjoint of the header then goes back to the latch while the count is
+        positive.  A count is pushed on the int stack when leaving a loop that is
+        itself inside a loop.  Integer header parameters stepped by a constant
+        (loop counters) are recomputed from the count instead of being recorded.
+        """
+        self.counted: Dict[int, Tuple[int, int]] = {}
+        self.recompute: Dict[int, Tuple[Any, int, int]] = {}
+        for h, body in self.p.loops.items():
+            ps = self.p.preds[h]
+            if len(ps) != 2:
+                continue
+            inside = [q for q in ps if q in body]
+            outside = [q for q in ps if q not in body]
+            if len(inside) != 1 or len(outside) != 1:
+                continue
+            o, latch = outside[0], inside[0]
+            self.counted[h] = (o, latch)
+            oargs = self.edge_args(o, h)
+            largs = self.edge_args(latch, h)
+            stmts = {st.var.id: st for b in body for st in self.fn.blocks[b].stmts if st.var is not None}
+            for k, prm in enumerate(self.fn.blocks[h].params):
+                if self.kind(prm) != "int":
+                    continue
+                init, nxt = oargs[k], largs[k]
+                if isinstance(init, Var) and self.needs_push(h, self.p.defblock[init.id]):
+                    continue
+                if not isinstance(nxt, Var) or nxt.id not in stmts:
+                    continue
+                e = stmts[nxt.id].expr
+                import operator as _op
+                step = None
+                if e.fn is _op.add and len(e.args) == 2:
+                    a, b = e.args
+                    if isinstance(a, Var) and a.id == prm.id and isinstance(b, Const) and type(b.value) is int:
+                        step = b.value
+                    elif isinstance(b, Var) and b.id == prm.id and isinstance(a, Const) and type(a.value) is int:
+                        step = a.value
+                elif e.fn is _op.sub and len(e.args) == 2:
+                    a, b = e.args
+                    if isinstance(a, Var) and a.id == prm.id and isinstance(b, Const) and type(b.value) is int:
+                        step = -b.value
+                if step is not None:
+                    self.recompute[prm.id] = (init, step, h)
+        self.count_scalars = [f"_n{h}" for h in sorted(self.counted)]
+
+    def edge_args(self, src: int, target: int):
+        t = self.fn.blocks[src].term
+        if isinstance(t, Jump):
+            return t.args
+        return t.true_args if t.true == target else t.false_args
+
+    def exited_counts(self, src: int, target: int) -> List[int]:
+        """Counted loops inside other loops that the edge src->target leaves, innermost first."""
+        out = [h for h in self.p.loops_of[src] - self.p.loops_of[target]
+               if h in self.counted and len(self.p.loops_of[h]) > 1]
+        return sorted(out, key=lambda h: -len(self.p.loops_of[h]))
+
     def _prepare(self) -> None:
         """Find the rules, the residuals each block records and the edge records."""
         for blk in self.fn.iter_blocks():
@@ -138,19 +201,21 @@ class Emitter:
                     self.extra[st.var.id] = ex
                     if self.in_loop(blk.id):
                         pushes += ex
-                for name in conv.free:
+                for name in self.needed_names(st, conv):
                     if name in conv.params:
                         a = st.expr.args[conv.params.index(name)]
                     elif name == conv.out:
                         a = st.var
                     else:
                         continue
-                    if isinstance(a, Var) and self.needs_push(blk.id, self.p.defblock[a.id]):
+                    if isinstance(a, Var) and a.id not in self.recompute and \
+                            self.needs_push(blk.id, self.p.defblock[a.id]):
                         pushes.append((var_name(a), self.kind(a)))
                 if conv.bwd_src is not None:
                     # the generated bwd takes all parameters (and the output)
                     for a in list(st.expr.args) + ([st.var] if conv.out else []):
-                        if isinstance(a, Var) and self.needs_push(blk.id, self.p.defblock[a.id]):
+                        if isinstance(a, Var) and a.id not in self.recompute and \
+                                self.needs_push(blk.id, self.p.defblock[a.id]):
                             pushes.append((var_name(a), self.kind(a)))
             seen = set()
             uniq = []
@@ -161,12 +226,28 @@ class Emitter:
             self.pushes[blk.id] = uniq
             for _, k in uniq:
                 self.stack_used.add(KIND_STACK.get(k, "f"))
+        for h in self.counted:
+            if len(self.p.loops_of[h]) > 1:
+                self.stack_used.add("i")
         for b, ps in self.p.preds.items():
-            if len(ps) > 1:
+            if len(ps) > 1 and b not in self.counted:
+                if len(ps) > 127:
+                    raise NotImplementedError("a block with more than 127 predecessors")
                 if self.in_loop(b):
-                    self.stack_used.add("i")
+                    self.stack_used.add("t")
                 else:
                     self.tag_scalars.append(f"_tag{b}")
+
+    def needed_names(self, st: Stmt, conv: ConvertedRule) -> List[str]:
+        """Free names of ``back`` that the entries for the active arguments read."""
+        if conv.back_exprs is None:
+            return list(conv.free)
+        import ast as _ast
+        names: Set[str] = set()
+        for i, a in enumerate(st.expr.args):
+            if self.is_active(a) and conv.nonzero[i]:
+                names |= {n.id for n in _ast.walk(conv.back_exprs[i]) if isinstance(n, _ast.Name)}
+        return [n for n in conv.free if n in names]
 
     def helper(self, conv: ConvertedRule, which: str) -> str:
         src = conv.fwd_src if which == "fwd" else conv.bwd_src
@@ -183,16 +264,27 @@ class Emitter:
         return self.ns.ref(fobj, f"{conv.name}_{which}")
 
     # -- stack code ----------------------------------------------------------------
+    def block_demand(self, blk) -> Dict[str, int]:
+        """Most slots each stack may receive while ``blk`` runs (residuals + edge tag)."""
+        need: Dict[str, int] = {}
+        for _, k in self.pushes[blk.id]:
+            s = KIND_STACK.get(k, "f")
+            need[s] = need.get(s, 0) + 1
+        if any(len(self.p.preds[t]) > 1 and self.in_loop(t) and t not in self.counted
+               for t in blk.successors()):
+            need["t"] = need.get("t", 0) + 1
+        exits = max([len(self.exited_counts(blk.id, t)) for t in blk.successors()] or [0])
+        if exits:
+            need["i"] = need.get("i", 0) + exits
+        return need
+
     def push_code(self, items: List[Tuple[str, str]], ind: int, code: Code) -> None:
+        """Store items on their stacks; capacity was checked when the block started."""
         by: Dict[str, List[str]] = {}
         for name, k in items:
             by.setdefault(KIND_STACK.get(k, "f"), []).append(name)
         for s, names in by.items():
             n = len(names)
-            code.add(ind, f"if _{s}sp + {n} > _{s}cap:")
-            code.add(ind + 1, f"_zyg_grow(_{s}h, _{s}sp + {n})")
-            code.add(ind + 1, f"_{s}s = _{s}h[0]")
-            code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
             for j, name in enumerate(names):
                 code.add(ind, f"_{s}s[_{s}sp + {j}] = {name}")
             code.add(ind, f"_{s}sp += {n}")
@@ -238,22 +330,47 @@ class Emitter:
             rhs = ", ".join(self.src(a) for a in args)
             code.add(ind, f"{lhs} = {rhs}")
         ps = self.p.preds[target]
-        if record and len(ps) > 1:
+        if record:
+            ex = self.exited_counts(src_blk, target)
+            if ex:
+                self.push_code([(f"_n{h}", "int") for h in ex], ind, code)
+        if record and target in self.counted:
+            if src_blk == self.counted[target][0]:
+                code.add(ind, f"_n{target} = 0")
+            else:
+                code.add(ind, f"_n{target} += 1")
+        elif record and len(ps) > 1:
             k = ps.index(src_blk)
             if self.in_loop(target):
-                self.push_code([(str(k), "int")], ind, code)
+                self.push_code([(str(k), "tag")], ind, code)
             else:
                 code.add(ind, f"_tag{target} = {k}")
         code.add(ind, f"_blk = {target}")
 
     def primal(self, code: Code, ind: int, record: bool) -> None:
+        """The primal dispatch loop.
+
+        A block that pushes first checks that its stacks have room; if not it
+        leaves the dispatch loop *before running*, the stacks grow outside, and
+        the block restarts.  Keeping buffer reassignment out of the hot loop
+        keeps numba from adding reference-count traffic to every iteration.
+        """
+        grows = record and bool(self.stack_used)
         code.add(ind, f"_blk = {self.fn.order[0]}")
+        if grows:
+            code.add(ind, "while True:")
+            ind += 1
         code.add(ind, "while True:")
         first = True
         for blk in self.fn.iter_blocks():
             code.add(ind + 1, f"{'if' if first else 'elif'} _blk == {blk.id}:")
             first = False
             i2 = ind + 2
+            need = self.block_demand(blk) if record else {}
+            if need:
+                cond = " or ".join(f"_{s}sp + {n} > _{s}cap" for s, n in sorted(need.items()))
+                code.add(i2, f"if {cond}:")
+                code.add(i2 + 1, "break")
             for st in blk.stmts:
                 self.primal_stmt(blk, st, i2, code)
             if record and self.pushes[blk.id]:
@@ -268,7 +385,22 @@ class Emitter:
                 self.edge(blk.id, t.false, t.false_args, i2 + 1, code, record)
             else:
                 code.add(i2, f"_ret = {self.src(t.value)}")
+                if grows:
+                    code.add(i2, "_blk = -1")
                 code.add(i2, "break")
+        if grows:
+            code.add(ind, "if _blk == -1:")
+            code.add(ind + 1, "break")
+            most: Dict[str, int] = {}
+            for blk in self.fn.iter_blocks():
+                for s, n in self.block_demand(blk).items():
+                    most[s] = max(most.get(s, 0), n)
+            for s in sorted(self.stack_used):
+                room = most.get(s, 0) + 64
+                code.add(ind, f"if _{s}sp + {room} > _{s}cap:")
+                code.add(ind + 1, f"_zyg_grow(_{s}h, _{s}sp + {room})")
+                code.add(ind + 1, f"_{s}s = _{s}h[0]")
+                code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
 
     # -- adjoint -------------------------------------------------------------------
     def dname(self, v: Var) -> str:
@@ -318,6 +450,9 @@ class Emitter:
     def value_ref(self, a, local: Dict[str, str]) -> str:
         if not isinstance(a, Var):
             return const_src(a, self.ns)
+        if a.id in self.recompute:
+            init, step, h = self.recompute[a.id]
+            return f"({self.value_ref(init, local)} + {step} * _n{h})"
         n = var_name(a)
         if n in local:
             return local[n]
@@ -331,7 +466,7 @@ class Emitter:
         targets = [(i, a) for i, a in enumerate(args) if self.is_active(a) and conv.nonzero[i]]
         if conv.back_exprs is not None:
             mapping = {}
-            for name in conv.free:
+            for name in self.needed_names(st, conv):
                 if name in conv.params:
                     mapping[name] = self.value_ref(args[conv.params.index(name)], local)
                 elif name == conv.out:
@@ -387,14 +522,25 @@ class Emitter:
                 a = args[k]
                 if self.is_active(a):
                     code.add(i2, f"{self.dname(a)} += _c{j}")
+            for h in reversed(self.exited_counts(pred, blk.id)):
+                code.add(i2, "_isp -= 1")
+                code.add(i2, f"_n{h} = _is[_isp]")
             code.add(i2, f"_blk = {pred}")
 
         if len(ps) == 1:
             to_pred(ps[0], ind)
             return
+        if blk.id in self.counted:
+            o, latch = self.counted[blk.id]
+            code.add(ind, f"if _n{blk.id} == 0:")
+            to_pred(o, ind + 1)
+            code.add(ind, "else:")
+            code.add(ind + 1, f"_n{blk.id} -= 1")
+            to_pred(latch, ind + 1)
+            return
         if self.in_loop(blk.id):
-            code.add(ind, "_isp -= 1")
-            code.add(ind, "_tag = _is[_isp]")
+            code.add(ind, "_tsp -= 1")
+            code.add(ind, "_tag = _ts[_tsp]")
         else:
             code.add(ind, f"_tag = _tag{blk.id}")
         for k, pred in enumerate(ps):
@@ -426,7 +572,7 @@ class Emitter:
         params = {var_name(p) for p in self.fn.params}
         for n in sorted(self.adj_uses - params):
             code.add(ind, f"{n} = {ZERO.get(kinds_by_name.get(n, 'float'), '0.0')}")
-        for t in self.tag_scalars:
+        for t in self.tag_scalars + self.count_scalars:
             code.add(ind, f"{t} = 0")
 
     def grad_outputs(self) -> List[str]:
@@ -446,10 +592,8 @@ def _header(fn: Function, name: str, extra: List[str]) -> str:
 
 
 def emit_fused(p: Plan, name: str, wrap, value: bool = True) -> Tuple[str, Code, Namespace, List[int]]:
-    """One function ``name(*args, _dy) -> (value, grad)``; grad is a tuple if several.
-
-    With ``value=False``: ``name(*args) -> grad`` with the output cotangent 1.
-    """
+    """One function ``name(*args) -> (value, grad)`` (output cotangent 1); grad is a
+    tuple if several.  With ``value=False`` it returns only the gradient."""
     em = Emitter(p, wrap)
     adj = Code()
     em.adjoint(adj, 1)
@@ -459,11 +603,10 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True) -> Tuple[str, Code,
     em.primal(body, 1, record=True)
     outs = em.grad_outputs()
     code = Code()
-    code.add(0, _header(p.fn, name, ["_dy"] if value else []))
+    code.add(0, _header(p.fn, name, []))
     what = "Value and gradient" if value else "Gradient"
     code.add(1, f'"""{what} of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
-    if not value:
-        code.add(1, "_dy = 1.0")
+    code.add(1, "_dy = 1.0")
     code.extend(body)
     code.extend(adj)
     g = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
@@ -481,7 +624,7 @@ def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str]]:
     tape = []
     for s in sorted(em.stack_used):
         tape += [f"_{s}s", f"_{s}sp"]
-    tape += em.tag_scalars + sorted(em.adj_uses)
+    tape += em.tag_scalars + em.count_scalars + sorted(em.adj_uses)
     code = Code()
     code.add(0, f"def {name}_primal({', '.join(var_name(q) for q in p.fn.params)}):")
     code.add(1, f'"""Primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}): returns (value, tape)."""')
