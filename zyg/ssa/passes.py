@@ -204,9 +204,45 @@ def remove_trivial_params(fn: Function) -> Function:
     return fn
 
 
+def merge_straight_blocks(fn: Function) -> Function:
+    """Merge a block into its predecessor when that jump is the block's only entry.
+
+    Fewer blocks means fewer dispatch-loop transitions in the emitted code (in
+    numba, LLVM does not always thread every transition of a long chain).
+    """
+    changed = True
+    while changed:
+        changed = False
+        preds = fn.predecessors()
+        for b in list(fn.order):
+            blk = fn.blocks.get(b)
+            if blk is None or not isinstance(blk.term, Jump):
+                continue
+            c = blk.term.target
+            if c == b or c == fn.order[0] or preds[c] != [b]:
+                continue
+            nxt = fn.blocks[c]
+            subst = {p.id: a for p, a in zip(nxt.params, blk.term.args)}
+            blk.stmts += nxt.stmts
+            blk.term = nxt.term
+            fn.order.remove(c)
+            del fn.blocks[c]
+            _substitute(fn, subst)
+            changed = True
+            break
+    # keep the return block last
+    ret = [b for b in fn.order if isinstance(fn.blocks[b].term, Return)]
+    for r in ret:
+        if r != fn.order[0]:
+            fn.order.remove(r)
+            fn.order.append(r)
+    return fn
+
+
 PIPELINE: List[Tuple[str, Callable[[Function], Function]]] = [
     ("unreachable", remove_unreachable),
     ("trivial-params", remove_trivial_params),
+    ("merge-blocks", merge_straight_blocks),
 ]
 
 
