@@ -108,15 +108,18 @@ class _Specializer:
 
     def _build_grad(self, ir: Function, kinds: List[str], wrap) -> Callable:
         wrt, single = _normalise_argnums(self.argnums, len(ir.params))
-        for i in wrt:
-            if kinds[i] not in ("float", "complex", "int", "bool"):
-                raise TypeMismatch(f"cannot differentiate with respect to argument {i}")
         value = self.mode == "value_and_grad"
         p = plan(ir, kinds, wrt, self.target)
         fname = f"{self.name}_{'vg' if value else 'grad'}"
-        _, code, ns, diffable = emit_fused(p, fname, wrap, value=value)
+        _, code, ns, diffable, stacks = emit_fused(p, fname, wrap, value=value)
         (fn,), path, locs = load(code, ns.ns, [fname], self.target, fname)
-        fn = _fast(_checked(fn, path, locs, ir.name), self._args)
+        if stacks:
+            fn = _pooled(fn, stacks, value)
+        else:
+            fn = _fast(_checked(fn, path, locs, ir.name), self._args)
+        if stacks and self.target == "cpu":
+            _checked(fn.compiled, path, locs, ir.name).compile_for(
+                tuple(self._args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
         if single:
             if wrt[0] in diffable:
                 return fn
@@ -166,6 +169,37 @@ class _Specializer:
                 return tuple(out)
             return y, back
         return run
+
+
+def _dtype(dt: str):
+    return getattr(np, dt.split(".")[-1])
+
+
+class _pooled:
+    """Calls a fused gradient whose tape buffers are kept between calls.
+
+    A pool (not a single slot) keeps this correct under recursion and threads:
+    each call takes buffers from the pool or allocates small ones, and returns
+    the (possibly grown) buffers afterwards.
+    """
+    __slots__ = ("compiled", "stacks", "value", "pool", "fresh")
+
+    def __init__(self, compiled, stacks, value):
+        self.compiled = compiled
+        self.stacks = stacks
+        self.value = value
+        self.pool: list = []
+        self.fresh = lambda: tuple(np.empty(64, _dtype(dt)) for _, dt in stacks)
+
+    def __call__(self, *args):
+        pool = self.pool
+        bufs = pool.pop() if pool else self.fresh()
+        r = self.compiled(*args, *bufs)
+        if self.value:
+            pool.append(r[2:])
+            return r[0], r[1]
+        pool.append(r[1:])
+        return r[0]
 
 
 def _vg_post(r, post):
@@ -319,7 +353,7 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
     p = plan(ir, kinds, wrt, "python")
     name = _ident(ir.name)
     code, _, _ = emit_split(p, name, lambda o: o)
-    _, fused, _, _ = emit_fused(p, name + "_vg", lambda o: o)
+    _, fused, _, _, _ = emit_fused(p, name + "_vg", lambda o: o)
     kinds_line = ", ".join(f"{q}: {p.kinds.get(q.id)}" for q in ir.params)
     act = ", ".join(f"%{v}" for v in sorted(p.active)) or "(none)"
     text = (f"=== SSA IR of {ir.name} ===\n{ir}\n\n"
