@@ -228,7 +228,7 @@ class _FirstCall:
         import numba.core.errors as nerr
         try:
             self.fn.compile(tuple(numba.typeof(a) for a in args))
-        except (nerr.TypingError, nerr.LoweringError, nerr.UnsupportedError) as e:
+        except nerr.NumbaError as e:
             raise compile_error(e, self.path, self.locs, self.fname) from None
         return self.fn
 

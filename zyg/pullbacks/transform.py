@@ -576,7 +576,18 @@ class Emitter:
             for name, k in ex:
                 kinds_by_name[name] = k
         params = {var_name(p) for p in self.fn.params}
-        for n in sorted(self.adj_uses - params):
+        # numba rejects a variable whose first use (in bytecode order) may precede its
+        # definition, so every value crossing blocks gets a typed zero up front
+        cross = set(self.adj_uses)
+        for blk in self.fn.iter_blocks():
+            if blk.id != self.fn.order[0]:
+                cross |= {var_name(p) for p in blk.params}
+            for st in blk.stmts:
+                if st.var is not None:
+                    cross.add(var_name(st.var))
+        for n in sorted(cross - params):
+            if kinds_by_name.get(n, "float") in ("none", "undef", "object"):
+                continue
             code.add(ind, f"{n} = {ZERO.get(kinds_by_name.get(n, 'float'), '0.0')}")
         for t in self.tag_scalars + self.count_scalars:
             code.add(ind, f"{t} = 0")
