@@ -258,10 +258,10 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
     n = code.co_argcount if code is not None and not (code.co_flags & 0x0C) else None
     if n is None or n > 8 or pyf.__defaults__:
         def g(*args):
-            try:
-                return cache[_type_key(args)](*args)
-            except KeyError:
+            fn = cache.get(_type_key(args))
+            if fn is None:
                 return slow(args)
+            return fn(*args)
         return g
     names = [f"a{i}" for i in range(n)]
     params = ", ".join(names)
@@ -270,9 +270,8 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
     else:
         key = "(" + ", ".join(f"type({a})" for a in names) + ("," if n == 1 else "") + ")"
     src = (f"def g({params}):\n"
-           f"    try:\n"
-           f"        fn = cache[{key}]\n"
-           f"    except KeyError:\n"
+           f"    fn = cache.get({key})\n"
+           f"    if fn is None:\n"
            f"        return slow(({params}{',' if n == 1 else ''}))\n"
            f"    return fn({params})\n")
     ns = {"cache": cache, "slow": slow}

@@ -80,6 +80,7 @@ class Emitter:
         self.helpers: Dict[int, str] = {}
         self.rules: Dict[int, ConvertedRule] = {}
         self._find_counted_loops()
+        self._find_simple_loops()
         self._prepare()
 
     # -- helpers ------------------------------------------------------------------
@@ -366,28 +367,19 @@ class Emitter:
             code.add(ind + 1, f"{'if' if first else 'elif'} _blk == {blk.id}:")
             first = False
             i2 = ind + 2
-            need = self.block_demand(blk) if record else {}
-            if need:
-                cond = " or ".join(f"_{s}sp + {n} > _{s}cap" for s, n in sorted(need.items()))
-                code.add(i2, f"if {cond}:")
-                code.add(i2 + 1, "break")
-            for st in blk.stmts:
-                self.primal_stmt(blk, st, i2, code)
-            if record and self.pushes[blk.id]:
-                self.push_code(self.pushes[blk.id], i2, code)
-            t = blk.term
-            if isinstance(t, Jump):
-                self.edge(blk.id, t.target, t.args, i2, code, record)
-            elif isinstance(t, Branch):
-                code.add(i2, f"if {self.src(t.cond)}:")
-                self.edge(blk.id, t.true, t.true_args, i2 + 1, code, record)
-                code.add(i2, "else:")
-                self.edge(blk.id, t.false, t.false_args, i2 + 1, code, record)
-            else:
-                code.add(i2, f"_ret = {self.src(t.value)}")
+            if blk.id in self.simple_loops:
+                # a two-block loop runs as a real while loop inside its case
+                body = self.fn.blocks[self.simple_loops[blk.id]]
+                code.add(i2, "while True:")
+                self.primal_block(blk, i2 + 1, code, record, grows)
+                code.add(i2 + 1, f"if _blk != {body.id}:")
+                code.add(i2 + 2, "break")
+                self.primal_block(body, i2 + 1, code, record, grows)
                 if grows:
-                    code.add(i2, "_blk = -1")
-                code.add(i2, "break")
+                    code.add(i2, f"if _blk == {blk.id} or _blk == {body.id}:")
+                    code.add(i2 + 1, "break")
+                continue
+            self.primal_block(blk, i2, code, record, grows)
         if grows:
             code.add(ind, "if _blk == -1:")
             code.add(ind + 1, "break")
@@ -401,6 +393,49 @@ class Emitter:
                 code.add(ind + 1, f"_zyg_grow(_{s}h, _{s}sp + {room})")
                 code.add(ind + 1, f"_{s}s = _{s}h[0]")
                 code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
+
+    def primal_block(self, blk, i2: int, code: Code, record: bool, grows: bool) -> None:
+        need = self.block_demand(blk) if record else {}
+        if need:
+            cond = " or ".join(f"_{s}sp + {n} > _{s}cap" for s, n in sorted(need.items()))
+            code.add(i2, f"if {cond}:")
+            code.add(i2 + 1, "break")
+        for st in blk.stmts:
+            self.primal_stmt(blk, st, i2, code)
+        if record and self.pushes[blk.id]:
+            self.push_code(self.pushes[blk.id], i2, code)
+        t = blk.term
+        if isinstance(t, Jump):
+            self.edge(blk.id, t.target, t.args, i2, code, record)
+        elif isinstance(t, Branch):
+            code.add(i2, f"if {self.src(t.cond)}:")
+            self.edge(blk.id, t.true, t.true_args, i2 + 1, code, record)
+            code.add(i2, "else:")
+            self.edge(blk.id, t.false, t.false_args, i2 + 1, code, record)
+        else:
+            code.add(i2, f"_ret = {self.src(t.value)}")
+            if grows:
+                code.add(i2, "_blk = -1")
+            code.add(i2, "break")
+
+    def _find_simple_loops(self) -> None:
+        """Loops of a header H and one body block B (H: test; B: body, jump back to H).
+
+        They are emitted as real ``while`` loops inside H's dispatch case: LLVM
+        does not thread jumps through the dispatch loop's header, so a hot loop
+        that goes round the dispatcher pays a switch per block.
+        """
+        self.simple_loops: Dict[int, int] = {}
+        for h, body in self.p.loops.items():
+            if len(body) != 2:
+                continue
+            (b,) = body - {h}
+            hb, bb = self.fn.blocks[h], self.fn.blocks[b]
+            if not isinstance(hb.term, Branch) or not isinstance(bb.term, Jump) or bb.term.target != h:
+                continue
+            if self.p.preds[b] != [h] or [hb.term.true, hb.term.false].count(b) != 1:
+                continue
+            self.simple_loops[h] = b
 
     # -- adjoint -------------------------------------------------------------------
     def dname(self, v: Var) -> str:
@@ -430,22 +465,34 @@ class Emitter:
             code.add(ind + 1, f"{'if' if first else 'elif'} _blk == {blk.id}:")
             first = False
             i2 = ind + 2
-            local: Dict[str, str] = {}
-            by: Dict[str, List[str]] = {}
-            for name, k in self.pushes[blk.id]:
-                by.setdefault(KIND_STACK.get(k, "f"), []).append(name)
-            for s, pnames in by.items():
-                n = len(pnames)
-                code.add(i2, f"_{s}sp -= {n}")
-                for j, name in enumerate(pnames):
-                    local[name] = f"{name}_b{blk.id}"
-                    code.add(i2, f"{local[name]} = _{s}s[_{s}sp + {j}]")
-            for st in reversed(blk.stmts):
-                if st.var is not None and st.var.id in self.rules:
-                    self.adjoint_stmt(blk, st, local, i2, code)
-            self.adjoint_entry(blk, i2, code)
-            if blk.id == fn.order[0]:
-                code.add(i2, "break")
+            if blk.id in self.simple_loops:
+                body = self.fn.blocks[self.simple_loops[blk.id]]
+                code.add(i2, "while True:")
+                self.adjoint_block(blk, i2 + 1, code)
+                code.add(i2 + 1, f"if _blk != {body.id}:")
+                code.add(i2 + 2, "break")
+                self.adjoint_block(body, i2 + 1, code)
+                continue
+            self.adjoint_block(blk, i2, code)
+
+    def adjoint_block(self, blk, i2: int, code: Code) -> None:
+        """Reverse of one block: pop residuals, run pullbacks backwards, go to the predecessor."""
+        local: Dict[str, str] = {}
+        by: Dict[str, List[str]] = {}
+        for name, k in self.pushes[blk.id]:
+            by.setdefault(KIND_STACK.get(k, "f"), []).append(name)
+        for s, pnames in by.items():
+            n = len(pnames)
+            code.add(i2, f"_{s}sp -= {n}")
+            for j, name in enumerate(pnames):
+                local[name] = f"{name}_b{blk.id}"
+                code.add(i2, f"{local[name]} = _{s}s[_{s}sp + {j}]")
+        for st in reversed(blk.stmts):
+            if st.var is not None and st.var.id in self.rules:
+                self.adjoint_stmt(blk, st, local, i2, code)
+        self.adjoint_entry(blk, i2, code)
+        if blk.id == self.fn.order[0]:
+            code.add(i2, "break")
 
     def value_ref(self, a, local: Dict[str, str]) -> str:
         if not isinstance(a, Var):
