@@ -49,7 +49,7 @@ def ssa_of(f: Any) -> Function:
     return ir
 
 
-_ALLOWED = ("bool", "int", "float", "complex")
+_ALLOWED = ("bool", "int", "float")
 
 
 def _kinds(args: Sequence[Any], fname: str) -> List[str]:
@@ -59,7 +59,8 @@ def _kinds(args: Sequence[Any], fname: str) -> List[str]:
         if k not in _ALLOWED:
             raise TypeMismatch(
                 f"argument {i} of {fname} is a {type(a).__name__}; this version of zyg "
-                f"differentiates functions of float, int and bool scalars")
+                f"differentiates functions of float, int and bool scalars (arrays and complex "
+                f"numbers are on the roadmap)")
         ks.append(k)
     return ks
 
