@@ -8,6 +8,7 @@ configured for float64 on the CPU before its first import.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 from types import ModuleType
@@ -53,7 +54,11 @@ def availability(name: str) -> tuple[bool, str]:
 
 
 def version(name: str) -> Optional[str]:
-    """Version string of an importable module, or None."""
+    """Version string of an installed distribution or importable module, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        pass
     try:
         return str(importlib.import_module(name).__version__)
     except Exception:

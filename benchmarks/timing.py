@@ -3,7 +3,9 @@
 Like :mod:`timeit`: each repeat calls the function ``number`` times in a plain loop
 with the garbage collector off, ``number`` chosen so that a repeat lasts about
 ``repeat_target_s``; repeats continue until ``budget_s`` is spent (at least
-``min_repeats``, at most ``max_repeats``). Per-call times are reported, so for a
+``min_repeats``, at most ``max_repeats``). :func:`measure_interleaved` times
+several callables with their repeats interleaved, for ratios that survive the
+drift of a shared machine. Per-call times are reported, so for a
 sub-microsecond function they include the cost of calling it from Python -- which
 is what a user pays.
 """
@@ -15,7 +17,7 @@ import gc
 import math
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,16 +47,6 @@ class Timing:
     repeats: int
     number: int
 
-    def scaled(self, factor: float) -> Timing:
-        """This timing multiplied by ``factor`` (for linear extrapolation)."""
-        return dataclasses.replace(
-            self,
-            median_s=self.median_s * factor,
-            min_s=self.min_s * factor,
-            q1_s=self.q1_s * factor,
-            q3_s=self.q3_s * factor,
-        )
-
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return dataclasses.asdict(self)
@@ -67,27 +59,17 @@ def _loop(fn: Callable[..., Any], args: tuple[Any, ...], number: int) -> float:
     return time.perf_counter() - t0
 
 
-def measure(fn: Callable[..., Any], args: tuple[Any, ...], settings: Settings) -> Timing:
-    """Time ``fn(*args)``; the caller has already called it once (compiled, verified)."""
-    gc.collect()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        t_one = math.inf
-        for _ in range(max(settings.warmup_calls, 1)):
-            t_one = min(t_one, _loop(fn, args, 1))
-        number = max(1, math.ceil(settings.repeat_target_s / max(t_one, 1e-9)))
-        # expensive calls: fewer repeats are enough and keep the run short
-        min_repeats = settings.min_repeats if t_one < 0.2 else min(settings.min_repeats, 3)
-        samples: list[float] = []
-        deadline = time.perf_counter() + settings.budget_s
-        while len(samples) < settings.max_repeats and (
-            len(samples) < min_repeats or time.perf_counter() < deadline
-        ):
-            samples.append(_loop(fn, args, number) / number)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+def _calibrate(
+    fn: Callable[..., Any], args: tuple[Any, ...], settings: Settings
+) -> tuple[int, float]:
+    """Warm up; return (calls per repeat, time of one call)."""
+    t_one = math.inf
+    for _ in range(max(settings.warmup_calls, 1)):
+        t_one = min(t_one, _loop(fn, args, 1))
+    return max(1, math.ceil(settings.repeat_target_s / max(t_one, 1e-9))), t_one
+
+
+def _summary(samples: list[float], number: int) -> Timing:
     q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) > 1 else samples * 3
     return Timing(
         median_s=statistics.median(samples),
@@ -99,9 +81,50 @@ def measure(fn: Callable[..., Any], args: tuple[Any, ...], settings: Settings) -
     )
 
 
+def measure(fn: Callable[..., Any], args: tuple[Any, ...], settings: Settings) -> Timing:
+    """Time ``fn(*args)``; the caller has already called it once (compiled, verified)."""
+    return measure_interleaved([(fn, args)], settings)[0]
+
+
+def measure_interleaved(
+    calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], settings: Settings
+) -> list[Timing]:
+    """Time several callables with their repeats interleaved round-robin.
+
+    On a shared machine the speed drifts (other processes, frequency); interleaving
+    lets the drift hit every callable alike, so their *ratios* stay meaningful. The
+    budget is ``settings.budget_s`` per callable. Each callable must already have
+    been called once.
+    """
+    if not calls:
+        return []
+    gc.collect()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        calibrated = [_calibrate(fn, args, settings) for fn, args in calls]
+        numbers = [c[0] for c in calibrated]
+        # expensive calls: fewer repeats are enough and keep the run short
+        slowest = max(c[1] for c in calibrated)
+        min_repeats = settings.min_repeats if slowest < 0.2 else min(settings.min_repeats, 3)
+        samples: list[list[float]] = [[] for _ in calls]
+        deadline = time.perf_counter() + settings.budget_s * len(calls)
+        rounds = 0
+        while rounds < settings.max_repeats and (
+            rounds < min_repeats or time.perf_counter() < deadline
+        ):
+            for (fn, args), number, acc in zip(calls, numbers, samples):
+                acc.append(_loop(fn, args, number) / number)
+            rounds += 1
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return [_summary(acc, number) for acc, number in zip(samples, numbers)]
+
+
 def format_seconds(seconds: float) -> str:
     """``1.23 µs`` style: three significant digits and a unit."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
+        if seconds >= scale * 0.9995:  # 999.6 ms prints as 1 s, not 1e+03 ms
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"

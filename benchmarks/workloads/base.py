@@ -75,7 +75,9 @@ class Workload:
         name: short identifier used on the command line (``--only pow``).
         title: one-line human description.
         fn: the plain Python function; restricted to the subset zyg supports.
-        hand: hand-written numba adjoint, ``hand(*args) -> (value, grad)``.
+        hand: hand-written numba adjoint, ``hand(*args) -> (value, grad)``: an
+            ``@njit`` function, or a thin Python wrapper around one that keeps a
+            workspace between calls (large tapes).
         cases: the sizes measured.
         fd_step: ``fd_step(args) -> h`` for the 5-point central difference.
         exact_grad: optional closed-form gradient ``exact_grad(args)``.

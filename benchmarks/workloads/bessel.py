@@ -94,7 +94,6 @@ def _exact_grad(args: Args) -> float:
 
 def _jax(args: Args) -> ValueAndGrad:
     jax = import_jax()
-    jnp = jax.numpy
     z0, nu0 = args
     # lax.while_loop with a data-dependent condition cannot be reverse-differentiated:
     # fix the trip count the loop takes at this z (computed by the primal), static.
