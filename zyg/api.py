@@ -166,7 +166,7 @@ class _Specializer:
                 gs = a(*tp, dyv)
                 out: List[Any] = [None] * nargs
                 for s, g in zip(slots, gs):
-                    out[s] = g
+                    out[s] = float(g)
                 return tuple(out)
             return y, back
         return run

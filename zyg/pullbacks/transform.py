@@ -52,6 +52,14 @@ class Plan:
 
 def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan:
     kinds = infer_kinds(fn, argkinds)
+    ret = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
+    rv = ret.term.value
+    rk = kinds.get(rv.id, "undef") if isinstance(rv, Var) else ("none" if rv.value is None else "float")
+    if rk in ("none", "object"):
+        from ..errors import TypeMismatch
+        raise TypeMismatch(f"{fn.name} ({fn.filename}:{fn.firstlineno}) must return a number to be "
+                           f"differentiated, but it returns {'None' if rk == 'none' else 'a non-number'} "
+                           "on some path (a missing 'return'?)")
     act = activity(fn, kinds, wrt, registry.is_nondifferentiable)
     dom = dominators(fn)
     loops = natural_loops(fn, dom)
