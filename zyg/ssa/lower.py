@@ -105,7 +105,7 @@ class _Source:
             raise UnsupportedSyntax(
                 f"cannot read the source of {fn.__qualname__!r}: {e}",
                 self.filename, code.co_firstlineno, None,
-                "zyg transforms source code: define the function in a file or a notebook cell")
+                "zyg transforms source code: define the function in a file or a notebook cell") from None
         src = "".join(lines)
         dedented = textwrap.dedent(src)
         first = lines[0]
