@@ -58,8 +58,8 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
     if rk in ("none", "object"):
         from ..errors import TypeMismatch
         raise TypeMismatch(f"{fn.name} ({fn.filename}:{fn.firstlineno}) must return a number to be "
-                           f"differentiated, but it returns {'None' if rk == 'none' else 'a non-number'} "
-                           "on some path (a missing 'return'?)")
+                           "differentiated, but it may return None (or a non-number): is a 'return' missing on "
+                           "some path?")
     act = activity(fn, kinds, wrt, registry.is_nondifferentiable)
     dom = dominators(fn)
     loops = natural_loops(fn, dom)
