@@ -412,7 +412,8 @@ class Lowerer:
             return
         if not isinstance(st.target, gast.Name):
             raise self.unsupported(st, "this assignment target is not supported")
-        self.write(st.target.id, self.cur, self.expr(st.value, st.target.id))
+        val = self.expr(st.value, st.target.id)
+        self.write(st.target.id, self.cur, val)
 
     def stmt_AugAssign(self, st) -> None:
         if not isinstance(st.target, gast.Name):
@@ -693,7 +694,8 @@ class Lowerer:
                 self.branch(val, join, nxt)
             self.seal(nxt)
             self.cur = nxt
-        self.write(name, self.cur, self.expr(node.values[-1]))
+        last = self.expr(node.values[-1])   # may open new blocks: write where it ends
+        self.write(name, self.cur, last)
         self.jump(join)
         self.seal(join)
         self.cur = join
@@ -706,7 +708,8 @@ class Lowerer:
         for blk, e in ((t, node.body), (f, node.orelse)):
             self.seal(blk)
             self.cur = blk
-            self.write(name, blk, self.expr(e, hint))
+            val = self.expr(e, hint)   # may open new blocks: write where it ends
+            self.write(name, self.cur, val)
             self.jump(join)
         self.seal(join)
         self.cur = join
