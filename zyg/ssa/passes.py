@@ -119,6 +119,18 @@ def verify(fn: Function, after: str = "?") -> None:
                 fail(f"{a} used in block {blk.id} is not dominated by its definition in block {d}")
 
 
+def fold_constant_branches(fn: Function) -> Function:
+    """Turn ``br <constant> ? A : B`` into a jump (``while True`` loops, constant tests)."""
+    for blk in fn.iter_blocks():
+        t = blk.term
+        if isinstance(t, Branch) and isinstance(t.cond, Const) and not isinstance(t.cond, Undef):
+            if t.cond.value:
+                blk.term = Jump(t.true, t.true_args)
+            else:
+                blk.term = Jump(t.false, t.false_args)
+    return remove_unreachable(fn)
+
+
 def remove_unreachable(fn: Function) -> Function:
     """Drop blocks that cannot be reached from the entry block."""
     seen = set()
@@ -241,6 +253,7 @@ def merge_straight_blocks(fn: Function) -> Function:
 
 PIPELINE: List[Tuple[str, Callable[[Function], Function]]] = [
     ("unreachable", remove_unreachable),
+    ("fold-branches", fold_constant_branches),
     ("trivial-params", remove_trivial_params),
     ("merge-blocks", merge_straight_blocks),
 ]
