@@ -264,10 +264,12 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
                 return slow(args)
             return fn(*args)
         return g
-    names = [f"a{i}" for i in range(n)]
+    names = list(code.co_varnames[:n])
+    if any(nm in ("cache", "slow", "fn", "type") for nm in names):
+        names = [f"a{i}" for i in range(n)]
     params = ", ".join(names)
     if n == 1:
-        key = "type(a0)"
+        key = f"type({names[0]})"
     else:
         key = "(" + ", ".join(f"type({a})" for a in names) + ("," if n == 1 else "") + ")"
     src = (f"def g({params}):\n"
@@ -289,6 +291,8 @@ def _make(f, argnums, target, mode, doc):
         return entry(*args)
     g = _fast_wrapper(unwrap(f), cache, slow)
     functools.update_wrapper(g, unwrap(f))
+    # not a transparent wrapper: zyg must not differentiate g as if it were f
+    del g.__wrapped__
     g.__doc__ = doc
     g._zyg = spec
     return g

@@ -40,5 +40,5 @@ def grow_for(target: str):
         return grow
     if _njit_grow is None:
         import numba
-        _njit_grow = numba.njit(cache=True)(grow)
+        _njit_grow = numba.njit(grow)
     return _njit_grow

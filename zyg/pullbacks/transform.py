@@ -85,7 +85,7 @@ class Emitter:
         self.adj_uses: Set[str] = set()       # primal names read by the adjoint (no tape)
         self.pushes: Dict[int, List[Tuple[str, str]]] = {}   # block -> [(name, kind)]
         self.extra: Dict[int, List[Tuple[str, str]]] = {}    # stmt var id -> [(name, kind)] of fwd residuals
-        self.helpers: Dict[int, str] = {}
+        self.helpers_made: Dict[Tuple[int, str], str] = {}
         self.rules: Dict[int, ConvertedRule] = {}
         self._find_counted_loops()
         self._find_simple_loops()
@@ -259,6 +259,15 @@ class Emitter:
         return [n for n in conv.free if n in names]
 
     def helper(self, conv: ConvertedRule, which: str) -> str:
+        """Name of the generated fwd/bwd function of a rule (built once per rule and target)."""
+        key = (id(conv), which)
+        if key in self.helpers_made:
+            return self.helpers_made[key]
+        name = self._make_helper(conv, which)
+        self.helpers_made[key] = name
+        return name
+
+    def _make_helper(self, conv: ConvertedRule, which: str) -> str:
         src = conv.fwd_src if which == "fwd" else conv.bwd_src
         glob = dict(conv.globals)
         exec(compile(src, f"<zyg rule {conv.name}>", "exec"), glob)

@@ -59,8 +59,8 @@ def _key(fn: Any) -> Any:
 def adjoint(fn: Any, *, samples: Optional[list] = None) -> Callable[[Callable], Callable]:
     """Register a custom reverse-mode rule for ``fn`` (decorator factory).
 
-    ``samples`` optionally lists argument tuples at which the generic rule
-    checker (``zyg.testing.check_rule``) tests the rule.
+    ``samples`` optionally lists argument tuples at which a rule checker may
+    test the rule (kept on the :class:`Rule`).
     """
     def register(rule_fn: Callable) -> Callable:
         k = _key(fn)

@@ -73,6 +73,7 @@ SPECIAL = [
     ("operator.pos", "a", "dy", "+a"),
     ("builtins.abs", "a", "(dy if a >= 0 else -dy)", "abs(a)"),
     ("builtins.float", "a", "dy", "float(a)"),
+    ("np.float64", "a", "dy", "np.float64(a)"),
     ("builtins.max", "a, b", "(dy if a > b else (0.5 * dy if a == b else 0.0)), "
                             "(dy if b > a else (0.5 * dy if a == b else 0.0))", "max(a, b)"),
     ("builtins.min", "a, b", "(dy if a < b else (0.5 * dy if a == b else 0.0)), "
@@ -85,7 +86,7 @@ NONDIFF = [
     operator.not_, operator.truth, operator.floordiv, builtins.int, builtins.bool, builtins.round,
     builtins.len, math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite,
     np.floor, np.ceil, np.trunc, np.rint, np.round, np.sign, np.isnan, np.isinf, np.isfinite,
-    np.argmax, np.argmin, np.int64, np.int32, np.float64 if False else np.bool_,
+    np.argmax, np.argmin, np.int64, np.int32, np.bool_,
 ]
 
 _FILENAME = "<zyg-rules-scalar>"

@@ -83,6 +83,11 @@ def unwrap(fn: Any) -> Any:
     seen = 0
     while seen < 20:
         seen += 1
+        if hasattr(fn, "_zyg"):
+            raise UnsupportedSyntax(
+                f"{getattr(fn, '__name__', 'this function')} is already a zyg transform "
+                "(grad/value_and_grad); nested derivatives are not supported yet",
+                hint="differentiate the original function; higher-order AD is on the roadmap")
         if hasattr(fn, "py_func"):
             fn = fn.py_func
         elif hasattr(fn, "__wrapped__"):
