@@ -407,8 +407,7 @@ class Emitter:
             for s in sorted(self.stack_used):
                 room = most.get(s, 0) + 64
                 code.add(ind, f"if _{s}sp + {room} > _{s}cap:")
-                code.add(ind + 1, f"_zyg_grow(_{s}h, _{s}sp + {room})")
-                code.add(ind + 1, f"_{s}s = _{s}h[0]")
+                code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, _{s}sp + {room})")
                 code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
 
     def primal_block(self, blk, i2: int, code: Code, record: bool, grows: bool) -> None:
@@ -620,12 +619,10 @@ class Emitter:
         for s in sorted(self.stack_used):
             dt, _ = STACKS[s]
             if pooled:
-                code.add(ind, f"_{s}h = [_{s}0]")
                 code.add(ind, f"_{s}s = _{s}0")
                 code.add(ind, f"_{s}cap = _{s}0.shape[0]")
             else:
-                code.add(ind, f"_{s}h = [np.empty({INITIAL}, {dt})]")
-                code.add(ind, f"_{s}s = _{s}h[0]")
+                code.add(ind, f"_{s}s = np.empty({INITIAL}, {dt})")
                 code.add(ind, f"_{s}cap = {INITIAL}")
             code.add(ind, f"_{s}sp = 0")
         if self.stack_used:
@@ -701,7 +698,7 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True):
     g = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
     if not outs:
         g = "()"
-    res = ([("_ret")] if value else []) + [g] + [f"_{s}h[0]" for s in stacks]
+    res = ([("_ret")] if value else []) + [g] + [f"_{s}s" for s in stacks]
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
     diffable = [i for i in p.wrt if em.kind(p.fn.params[i]) in ("float", "complex")]
     return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks]

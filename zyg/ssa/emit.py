@@ -104,10 +104,12 @@ def const_src(c: Const, ns: Namespace) -> str:
     if isinstance(c, Undef):
         return "0.0"
     v = c.value
-    if isinstance(v, float):
-        if math.isinf(v) or math.isnan(v):
-            return f"float('{v}')"
-        return repr(v)
-    if isinstance(v, (bool, int, complex)) or v is None:
+    if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+        return f"float('{v}')"
+    if isinstance(v, (int, float, complex)) and not isinstance(v, bool):
+        text = repr(v)
+        # a negative literal must not bind looser than the operator it feeds: (-0.25) ** 2
+        return f"({text})" if text.startswith("-") or isinstance(v, complex) else text
+    if isinstance(v, bool) or v is None:
         return repr(v)
     return ns.ref(v, "const")
