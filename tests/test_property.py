@@ -141,7 +141,7 @@ class _Gen:
         c = self.fresh("c")
         bound = d(st.integers(1, 4))
         lines = [sp + f"{c} = 0",
-                 sp + f"while {c} < {bound} and {d(conditions(names))}:",
+                 sp + f"while {c} < {bound} and ({d(conditions(names))}):",
                  sp + f"    {c} += 1"]
         lines += self.block(names, ind + 4, depth - 1, True)
         return lines
