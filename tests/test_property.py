@@ -177,17 +177,24 @@ def load(src: str):
 
 
 def reliable_fd(f, args, i):
-    """Central difference at h=1e-6, or None if it disagrees with h=1e-5 (a branch switch
-    or strong curvature nearby makes finite differences meaningless)."""
+    """Central difference at h=1e-6, or None where finite differences are meaningless:
+    it disagrees with h=1e-5 (a branch switch or strong curvature nearby), or f(x) is
+    not the mean of f(x-h) and f(x+h) (the point itself is on a branch switch)."""
     try:
         y = f(*args)
         d6 = fd_partial(f, args, i, 1e-6)
         d5 = fd_partial(f, args, i, 1e-5)
+        step = 1e-6 * max(1.0, abs(args[i]))
+        up, dn = list(args), list(args)
+        up[i] += step
+        dn[i] -= step
+        mid = 0.5 * (f(*up) + f(*dn))
     except (ValueError, OverflowError, ZeroDivisionError):
         return None
-    if not all(math.isfinite(v) for v in (y, d5, d6)):
+    if not all(math.isfinite(v) for v in (y, d5, d6, mid)):
         return None
-    if abs(y) > 1e6 or not close(d5, d6, 1e-7, 1e-8 * max(1.0, abs(y))):
+    scale = max(1.0, abs(y))
+    if abs(y) > 1e6 or not close(d5, d6, 1e-7, 1e-8 * scale) or abs(mid - y) > 1e-9 * scale:
         return None
     return d6
 
