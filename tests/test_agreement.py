@@ -12,8 +12,6 @@ import math
 import numpy as np
 import pytest
 
-import zyg
-
 from conftest import cached, close, fd_grad
 
 

@@ -39,6 +39,11 @@ def pow_int_exp(x):
     return x ** 3 - x ** -2 + x ** 0
 
 
+def negative_constant_power(x):
+    # (-0.5) ** 2 is 0.25; -0.5 ** 2 is -0.25 (a negative constant needs parentheses)
+    return x * (-0.5) ** 2 + (-1.5) ** 3 * x * x - 2.0 ** 2 * x + (-x) ** 2
+
+
 def floordiv_mod(x):
     # floordiv is piecewise constant, mod has slope 1 between jumps
     return x % 1.5 + (x // 0.7) * x + x % -2.0
@@ -528,6 +533,36 @@ def loop_float_counter(x):
     return s
 
 
+def range_of_int_of_x(x):
+    # int(x) is non-differentiable, the trip count depends on x
+    s = 0.0
+    for i in range(int(x * 3.0)):
+        s = s + x * i
+    return s
+
+
+def defined_in_loop_used_after(x, n):
+    for i in range(n):
+        t = x * i + 1.0
+    return t * x
+
+
+def int_on_one_path(x):
+    if x > 1.0:
+        return 1
+    return x * x
+
+
+def long_loop(x, n):
+    # long enough that the tape buffers grow; called again with short loops afterwards
+    s = 0.0
+    k = 0
+    while k < n:
+        s = s + math.sin(s + x) * 0.5
+        k += 1
+    return s
+
+
 # --- callables -----------------------------------------------------------------------
 
 @numba.njit
@@ -546,6 +581,7 @@ CASES = [
     (unary_minus, [(0.3,), (-1.7,), (2.2,)], 0),
     (pow_float_exp, [(1.3, 0.7), (2.1, -1.9), (0.4, 2.5)], (0, 1)),
     (pow_int_exp, [(1.3,), (-2.1,), (0.4,)], 0),
+    (negative_constant_power, [(0.3,), (-1.7,), (2.2,)], 0),
     (floordiv_mod, [(0.3,), (1.1,), (-2.2,), (3.3,)], 0),
     (mod_both, [(3.3, 1.4), (-2.2, 0.9), (5.1, -1.3)], (0, 1)),
     (abs_min_max, [(1.3, 0.7), (-2.1, 1.9), (0.4, -0.3), (0.9, 2.5)], (0, 1)),
@@ -617,6 +653,10 @@ CASES = [
     (loop_zero_trips, [(0.3, 0), (1.7, 2), (-1.2, 3)], (0, 1)),
     (loop_with_branch, [(0.3,), (1.7,), (-1.2,), (0.9,)], 0),
     (loop_float_counter, [(0.3,), (-1.7,)], 0),
+    (range_of_int_of_x, [(2.3,), (0.2,), (1.9,)], 0),
+    (defined_in_loop_used_after, [(1.3, 4), (-0.7, 1)], (0, 1)),
+    (int_on_one_path, [(0.5,), (1.5,), (-2.0,)], 0),
+    (long_loop, [(0.3, 20000), (0.3, 3), (-0.7, 5000), (1.1, 1)], (0, 1)),
     (jitted, [(0.3, 1.2), (-1.7, 0.4)], (0, 1)),
     (lam, [(0.3,), (-1.7,), (2.2,)], 0),
 ]

@@ -1,4 +1,5 @@
 """Error messages point at the user's file and line and say what to do."""
+import linecache
 import math
 
 import numba
@@ -27,7 +28,7 @@ def uses_try(x):
 
 
 def uses_with(x):
-    with open("f") as fh:
+    with open("f") as fh:  # noqa: F841
         pass
     return x
 
@@ -51,7 +52,7 @@ def inner_lambda(x):
 
 
 def uses_list(x):
-    a = [x, x]
+    a = [x, x]  # noqa: F841
     return x
 
 
@@ -59,29 +60,175 @@ def uses_subscript(x):
     return x[0]
 
 
-@pytest.mark.parametrize("fn, marker, words", [
-    (uses_try, "try:", "'Try' statements are not supported"),
-    (uses_with, "with open", "'With' statements are not supported"),
-    (writes_global, "global G", "'Global' statements are not supported"),
-    (inner_lambda, "lambda t", "'Lambda' expressions are not supported"),
-    (uses_list, "[x, x]", "'List' expressions are not supported"),
-    (uses_subscript, "x[0]", "'Subscript' expressions are not supported"),
-], ids=lambda v: getattr(v, "__name__", None))
-def test_unsupported_syntax_points_at_user_line(fn, marker, words):
+def for_over_list(x):
+    for v in (x, x):
+        x = x * v
+    return x
+
+
+def for_else(x):
+    for i in range(3):
+        x = x * 2.0
+    else:
+        x = x + 1.0
+    return x
+
+
+def while_else(x):
+    while x < 3.0:
+        x = x * 2.0
+    else:
+        x = 0.0
+    return x
+
+
+def range_step_zero(x):
+    for i in range(0, 4, 0):
+        x = x * 2.0
+    return x
+
+
+def is_comparison(x):
+    if x is None:
+        return 0.0
+    return x
+
+
+def string_constant(x):
+    s = "abc"  # noqa: F841
+    return x
+
+
+def calls_local(x):
+    g = x
+    return g(x)
+
+
+def local_attribute(x):
+    return x.real
+
+
+def star_args(*xs):
+    return 1.0
+
+
+def kwonly(x, *, k=1.0):
+    return x * k
+
+
+def nested_unpack(x):
+    a, (b, c) = x, (x, x)  # noqa: F841
+    return a
+
+
+def unpack_call(x):
+    a, b = divmod(x, 2.0)
+    return a
+
+
+def undefined_name(x):
+    return x * not_defined_anywhere  # noqa: F821
+
+
+def uses_raise(x):
+    if x > 1.0:
+        raise ValueError("no")
+    return x
+
+
+def nested_def(x):
+    def h(t):
+        return t
+    return h(x)
+
+
+def bitwise(x, n):
+    return x * (n & 1)
+
+
+def walrus(x):
+    if (y := x * 2.0) > 1.0:
+        return y
+    return x
+
+
+def comprehension(x):
+    s = sum([x * i for i in range(3)])
+    return s
+
+
+NUMPY_MODULE = math
+
+
+def global_module_value(x):
+    return x * NUMPY_MODULE
+
+
+UNSUPPORTED = [
+    # (function, text on the offending line where the caret points, words in the message,
+    #  words in the hint)
+    (uses_try, "try:", "'Try' statements are not supported", "try/except"),
+    (uses_with, "with open", "'With' statements are not supported", "context managers"),
+    (uses_yield, "yield x", "'Yield' expressions are not supported", "generators"),
+    (writes_global, "global G", "'Global' statements are not supported", "globals"),
+    (inner_lambda, "lambda t", "'Lambda' expressions are not supported", "module level"),
+    (uses_list, "[x, x]", "'List' expressions are not supported", "lists"),
+    (uses_subscript, "x[0]", "'Subscript' expressions are not supported", "indexing"),
+    (for_over_list, "(x, x):", "only 'for ... in range(...)' loops", "range"),
+    (for_else, "for i in range(3)", "'for ... else' is not supported", "flag"),
+    (while_else, "while x < 3.0", "'while ... else' is not supported", "flag"),
+    (range_step_zero, "range(0, 4, 0)", "step must not be zero", None),
+    (is_comparison, "x is None", "comparison 'Is' is not supported", "'is'"),
+    (string_constant, '"abc"', "constant 'abc' is not supported", "numbers"),
+    (calls_local, "g(x)", "calling a local value is not supported", "module-level"),
+    (local_attribute, "x.real", "attribute access '.real' on a local value", None),
+    (star_args, "def star_args", "*args parameters are not supported", None),
+    (kwonly, "def kwonly", "keyword-only parameters are not supported", None),
+    (nested_unpack, "(x, x)", "tuples are only supported in 'a, b = x, y' assignments", None),
+    (unpack_call, "divmod(x, 2.0)", "only supported from a literal tuple", "a, b = x, y"),
+    (undefined_name, "not_defined_anywhere", "name 'not_defined_anywhere' is not defined", None),
+    (uses_raise, "raise ValueError", "'Raise' statements are not supported", "exceptions"),
+    (nested_def, "def h(t)", "'FunctionDef' statements are not supported", "module level"),
+    (bitwise, "n & 1", "operator BitAnd is not supported", "bitwise"),
+    (walrus, "y := x", "'NamedExpr' expressions are not supported", "separate assignment"),
+    (comprehension, "[x * i", "'ListComp' expressions are not supported", "explicit loop"),
+    (global_module_value, "NUMPY_MODULE", "global 'NUMPY_MODULE' of type module", "numbers"),
+]
+
+
+@pytest.mark.parametrize("fn, at, words, hint", UNSUPPORTED, ids=lambda v: getattr(v, "__name__", None))
+def test_unsupported_syntax_points_at_user_line(fn, at, words, hint):
+    nargs = max(fn.__code__.co_argcount, 1)
     with pytest.raises(zyg.UnsupportedSyntax) as ei:
-        zyg.grad(fn, target="python")(1.0)
+        zyg.grad(fn, target="python")(*([1.0] * nargs))
     e = ei.value
     assert e.filename == HERE
-    assert e.lineno == line_of(fn, marker)
+    assert e.lineno == line_of(fn, at)
     msg = str(e)
     assert words in msg
-    assert f'File "{HERE}", line {e.lineno}' in msg
-    assert "^" in msg and e.hint and "hint:" in msg
+    assert f'File "{HERE}", line {e.lineno}, column {e.col + 1}' in msg
+    # the source line is quoted, with a caret under the offending column
+    src_line = linecache.getline(HERE, e.lineno).rstrip("\n")
+    assert e.col == src_line.index(at), (e.col, src_line)
+    lines = msg.splitlines()
+    k = lines.index("    " + src_line.strip())
+    indent = len(src_line) - len(src_line.lstrip())
+    assert lines[k + 1] == "    " + " " * (e.col - indent) + "^"
+    if hint is not None:
+        assert e.hint and hint in e.hint
+        assert "hint: " + e.hint in msg
 
 
-def test_generator_is_rejected():
-    with pytest.raises(zyg.UnsupportedSyntax, match="Yield"):
-        zyg.grad(uses_yield, target="python")(1.0)
+def test_unsupported_syntax_is_raised_on_both_targets():
+    with pytest.raises(zyg.UnsupportedSyntax):
+        zyg.grad(uses_try, target="cpu")(1.0)
+    with pytest.raises(zyg.UnsupportedSyntax):
+        zyg.pullback(uses_try, 1.0, target="python")
+
+
+def test_all_errors_are_zyg_errors():
+    for cls in (zyg.UnsupportedSyntax, zyg.NoAdjoint, zyg.CompileError, zyg.TypeMismatch):
+        assert issubclass(cls, zyg.ZygError)
 
 
 def no_rule(x):
@@ -92,9 +239,39 @@ def test_no_adjoint_names_function_line_and_suggests_a_rule():
     with pytest.raises(zyg.NoAdjoint) as ei:
         zyg.grad(no_rule)(1.5)
     e = ei.value
+    assert e.filename == HERE
     assert e.lineno == line_of(no_rule, "lgamma")
-    assert "math.lgamma" in str(e)
-    assert "@zyg.adjoint(math.lgamma)" in str(e)
+    msg = str(e)
+    assert "no adjoint rule for math.lgamma" in msg
+    assert f'File "{HERE}", line {e.lineno}' in msg
+    assert "return math.lgamma(x) * x" in msg
+    assert "@zyg.adjoint(math.lgamma)" in e.hint and "zyg.nondifferentiable" in e.hint
+    assert "zyg.stop_gradient" in e.hint
+
+
+def helper_without_rule(x):
+    return x * x
+
+
+def calls_user_function(x):
+    y = x + 1.0
+    return helper_without_rule(y) * 2.0
+
+
+def test_no_adjoint_for_a_user_function_names_it_and_the_call_line():
+    for target in ("python", "cpu"):
+        with pytest.raises(zyg.NoAdjoint) as ei:
+            zyg.grad(calls_user_function, target=target)(1.5)
+        e = ei.value
+        assert e.filename == HERE
+        assert e.lineno == line_of(calls_user_function, "helper_without_rule(y)")
+        assert "helper_without_rule" in str(e)
+        assert "@zyg.adjoint(" in e.hint and "helper_without_rule" in e.hint
+
+
+def test_no_adjoint_in_pullback():
+    with pytest.raises(zyg.NoAdjoint, match="math.lgamma"):
+        zyg.pullback(no_rule, 1.5, target="python")
 
 
 def test_no_rule_needed_when_inactive():
@@ -107,6 +284,16 @@ def test_non_scalar_argument():
     import numpy as np
     with pytest.raises(zyg.TypeMismatch, match="argument 0 of .* is a ndarray"):
         zyg.grad(lambda x: x * 2.0)(np.ones(3))
+    with pytest.raises(zyg.TypeMismatch, match="argument 1 of no_rule2 is a str"):
+        zyg.grad(no_rule2, target="python")(1.0, "abc")
+    with pytest.raises(zyg.TypeMismatch, match="is a list"):
+        zyg.value_and_grad(no_rule2, target="python")(1.0, [1.0])
+    with pytest.raises(zyg.TypeMismatch, match="is a ndarray"):
+        zyg.pullback(no_rule2, 1.0, np.ones(2), target="python")
+
+
+def no_rule2(x, y):
+    return x * 2.0
 
 
 @numba.njit
@@ -115,7 +302,7 @@ def not_typable(x):
 
 
 def calls_untypable(x):
-    k = not_typable(3)
+    k = not_typable(3)  # noqa: F841
     return x * 2.0
 
 
@@ -126,7 +313,21 @@ def test_numba_failure_becomes_compile_error_with_user_line():
     e = ei.value
     assert e.filename == HERE
     assert e.lineno == line_of(calls_untypable, "not_typable(3)")
-    assert "generated code:" in str(e) and "target='python'" in str(e)
+    msg = str(e)
+    assert msg.startswith("numba could not compile the code zyg generated for 'calls_untypable'")
+    assert f'File "{HERE}", line {e.lineno}' in msg
+    assert "k = not_typable(3)" in msg
+    assert "target='python'" in e.hint and "zyg.show" in e.hint
+    # the generated file exists, and the line it names is the call
+    import re
+    m = re.search(r"generated code: (.+), line (\d+)", msg)
+    assert m, msg
+    gen_path, gen_line = m.group(1), int(m.group(2))
+    with open(gen_path) as fh:
+        gen = fh.read().splitlines()
+    assert "not_typable" in gen[gen_line - 1]
+    # and it is a zyg error, raised without numba's long chained traceback
+    assert isinstance(e, zyg.ZygError)
 
 
 def test_missing_return_is_reported():

@@ -29,6 +29,26 @@ def swap(a, b, n):
     return a - b
 
 
+def loop_break(x, n):
+    s = 0.0
+    for i in range(n):
+        if s > 10.0:
+            break
+        s = s + x * i
+    return s
+
+
+def short_circuit(x, d):
+    return d != 0.0 and x / d > 1.0
+
+
+def while_true(x):
+    while True:
+        x = x * 2.0
+        if x > 5.0:
+            return x
+
+
 def body(fn):
     """The printed IR without its header line (which names the file)."""
     return "\n".join(str(run_pipeline(lower(fn))).splitlines()[1:])
@@ -65,6 +85,67 @@ def test_golden_branch():
   return %6"""
 
 
+def test_golden_for_with_break():
+    # counter and s are header parameters; break goes to the exit through block 7
+    assert body(loop_break) == """\
+1: (%1 x, %2 n)
+  br 3(0, 0.0)
+3: (%3, %5 s)
+  %4 = %3 < %2
+  br %4 ? 4() : 6()
+4: ()
+  %6 = %5 > 10.0
+  br %6 ? 7() : 8()
+7: ()
+  br 6()
+8: ()
+  %8 = %1 * %3
+  %9 = %5 + %8
+  %10 = %3 + 1
+  br 3(%10, %9)
+6: ()
+  return %5"""
+
+
+def test_golden_short_circuit_value():
+    # `a and b` is a when a is falsy: the false edge passes %3 itself, x / d is not evaluated
+    assert body(short_circuit) == """\
+1: (%1 x, %2 d)
+  %3 = %2 != 0.0
+  br %3 ? 4() : 3(%3)
+4: ()
+  %4 = %1 / %2
+  %5 = %4 > 1.0
+  br 3(%5)
+3: (%6)
+  return %6"""
+
+
+def test_golden_while_true_folds_the_constant_test():
+    assert body(while_true) == """\
+1: (%1 x)
+  br 3(%1)
+3: (%2 x)
+  %3 = %2 * 2.0
+  %4 = %3 > 5.0
+  br %4 ? 6() : 7()
+7: ()
+  br 3(%3)
+6: ()
+  return %3"""
+
+
+def test_str_of_ir_objects_matches_the_printer():
+    fn = run_pipeline(lower(pow_loop))
+    blk = fn.blocks[fn.order[1]]
+    lines = str(fn).splitlines()
+    assert lines[1:] == "\n".join(str(b) for b in fn.iter_blocks()).splitlines()
+    assert str(blk) == "3: (%3 n, %6 r)\n  %4 = %3 > 0\n  br %4 ? 4() : 5()"
+    assert str(blk.stmts[0]) == "%4 = %3 > 0"
+    assert str(blk.term) == "br %4 ? 4() : 5()"
+    assert str(Const(2.5)) == "2.5" and str(Var(7, "x")) == "%7"
+
+
 def test_golden_swap_is_a_parallel_block_argument():
     text = body(swap)
     # the loop header takes (counter, a, b) and the latch passes (counter + 1, b, a)
@@ -79,7 +160,8 @@ def test_golden_swap_is_a_parallel_block_argument():
 
 def test_header_names_the_source_file():
     head = str(run_pipeline(lower(pow_loop))).splitlines()[0]
-    assert head.startswith("function pow_loop  # ") and head.endswith(f"test_ir.py:{pow_loop.__code__.co_firstlineno}")
+    assert head.startswith("function pow_loop  # ")
+    assert head.endswith(f"test_ir.py:{pow_loop.__code__.co_firstlineno}")
 
 
 def _tiny():
@@ -131,7 +213,79 @@ def test_verifier_catches_use_before_definition():
         verify(fn)
 
 
-CORPUS = [pow_loop, branchy, swap]
+def test_verifier_catches_branch_to_missing_block():
+    fn, b1, _ = _tiny()
+    b1.term = Jump(7, [b1.stmts[0].var])
+    with pytest.raises(VerifyError, match="branches to missing block 7"):
+        verify(fn)
+
+
+def test_verifier_catches_double_definition():
+    fn, b1, b2 = _tiny()
+    b2.stmts.append(Stmt(b1.stmts[0].var, Call(abs, [Const(1.0)])))
+    with pytest.raises(VerifyError, match="defined twice"):
+        verify(fn)
+
+
+def test_verifier_catches_undefined_use():
+    fn, b1, _ = _tiny()
+    b1.term = Jump(2, [Var(42)])
+    with pytest.raises(VerifyError, match="%42 used in block 1 but never defined"):
+        verify(fn)
+
+
+def test_verifier_catches_unreachable_block_and_second_return():
+    fn, b1, b2 = _tiny()
+    fn.blocks[3] = Block(3, [], [], Return(Const(0.0)))
+    fn.order.append(3)
+    with pytest.raises(VerifyError, match="exactly one return block"):
+        verify(fn)
+    fn.blocks[3].term = Jump(2, [Const(0.0)])
+    with pytest.raises(VerifyError, match="block 3 is unreachable"):
+        verify(fn)
+
+
+def test_verifier_catches_entry_with_predecessor():
+    fn, b1, b2 = _tiny()
+    c = Var(5)
+    b2.stmts.append(Stmt(c, Call(bool, [b2.params[0]])))
+    b2.term = Branch(c, 1, [b2.params[0]], 3, [b2.params[0]])
+    fn.blocks[3] = Block(3, [Var(6)], [], Return(Const(0.0)))
+    fn.order.append(3)
+    with pytest.raises(VerifyError, match="entry block has predecessors"):
+        verify(fn)
+
+
+def test_verifier_catches_order_table_mismatch():
+    fn, _, _ = _tiny()
+    fn.order.append(2)
+    with pytest.raises(VerifyError, match="block order and block table disagree"):
+        verify(fn)
+
+
+def test_run_pipeline_names_the_pass_that_broke_the_ir(monkeypatch):
+    def breaks_arity(fn):
+        fn.entry.term.args.clear()
+        return fn
+    monkeypatch.setattr(passes, "PIPELINE", list(PIPELINE) + [("bad-pass", breaks_arity)])
+    with pytest.raises(VerifyError, match="after pass 'bad-pass'"):
+        run_pipeline(lower(pow_loop))
+
+
+def _corpus():
+    import test_agreement
+    import test_constructs
+    fns = [pow_loop, branchy, swap, loop_break, short_circuit, while_true]
+    fns += [c[0] for c in test_constructs.CASES] + [c[0] for c in test_agreement.CORPUS]
+    out, seen = [], set()
+    for f in fns:
+        if f not in seen:
+            seen.add(f)
+            out.append(f)
+    return out
+
+
+CORPUS = _corpus()
 
 
 @pytest.mark.parametrize("fn", CORPUS, ids=lambda f: f.__name__)
@@ -140,6 +294,13 @@ def test_every_pass_leaves_verifiable_ir(fn):
     for name, p in PIPELINE:
         ir = p(ir)
         verify(ir, name)
+
+
+@pytest.mark.parametrize("fn", CORPUS, ids=lambda f: f.__name__)
+def test_pipeline_is_idempotent(fn):
+    once = run_pipeline(lower(fn))
+    text = str(once)
+    assert str(run_pipeline(once)) == text
 
 
 def test_pipeline_verifies_by_default():

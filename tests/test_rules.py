@@ -1,11 +1,13 @@
-"""Custom @zyg.adjoint rules, and the generic checker over every built-in rule."""
+"""Custom @zyg.adjoint rules, and the generic checker (tests/rulecheck.py) over every built-in rule."""
 import math
 
-import numpy as np
+import numba
 import pytest
 
 import zyg
 from zyg.rules import registry
+
+from rulecheck import builtin_rules, check_rule, sample_points, usable
 
 
 def softclip(x):
@@ -81,72 +83,201 @@ def test_rule_with_general_forward_and_backward():
             assert g(x) == pytest.approx(ref, rel=1e-12)
 
 
-# -- generic rule checker ------------------------------------------------------
+# -- user rules: registration, lookup, reset ------------------------------------
 
-CANDIDATES = [0.3, 0.7, 1.4, -0.45, 2.2, -1.6]
-
-
-def _points(fn, nargs):
-    out = []
-    for i in range(len(CANDIDATES)):
-        args = tuple(CANDIDATES[(i + k * 2) % len(CANDIDATES)] for k in range(nargs))
-        try:
-            with np.errstate(all="raise"):
-                v = float(fn(*args))
-        except (ValueError, ZeroDivisionError, FloatingPointError, OverflowError, TypeError):
-            continue
-        if math.isfinite(v):
-            out.append(args)
-    return out
+@numba.njit
+def jitted_cube(x):
+    return x * x * x
 
 
-def _check_rule(fn, args):
-    """A rule's gradient against central finite differences, through zyg.grad (python)."""
-    n = len(args)
-    params = ", ".join(f"a{i}" for i in range(n))
-    src = f"def probe({params}):\n    return fn({params})\n"
-    import linecache
-    name = f"<zyg-rulecheck-{id(fn)}-{n}>"
-    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-    ns = {"fn": fn}
-    exec(compile(src, name, "exec"), ns)
-    g = zyg.grad(ns["probe"], argnums=tuple(range(n)), target="python")(*args)
-    conv = registry.lookup(fn).converted
-    for i in range(n):
-        h = 1e-6 * max(1.0, abs(args[i]))
-        a, b = list(args), list(args)
-        a[i] += h
-        b[i] -= h
-        ref = (float(fn(*a)) - float(fn(*b))) / (2 * h)
-        if not conv.nonzero[i]:
-            continue
-        assert g[i] == pytest.approx(ref, rel=1e-6, abs=1e-8), (fn, args, i)
+def test_rule_for_a_numba_function_is_found_through_the_dispatcher():
+    @zyg.adjoint(jitted_cube)
+    def _(x):
+        y = jitted_cube(x)
+
+        def back(dy):
+            return (dy * 3.0 * x * x,)
+        return y, back
+
+    def f(x):
+        return jitted_cube(x) + x
+
+    for target in ("python", "cpu"):
+        g = zyg.grad(f, target=target)
+        for x in (0.7, -1.3):
+            assert g(x) == pytest.approx(3 * x * x + 1.0, rel=1e-14)
+    check_rule(jitted_cube, 0.7)
+    check_rule(jitted_cube, -1.3, target="cpu")
 
 
-def _registered_scalar_rules():
-    out = []
-    for key, rule in registry.all_rules().items():
-        if key not in registry._BUILTIN_KEYS:
-            continue
-        fn = rule.fn
-        if fn in (zyg.stop_gradient,):
-            continue
-        out.append(rule)
-    return out
+def scaled_square(x, k):
+    return k * x * x
 
 
-RULES = _registered_scalar_rules()
+def test_rule_with_samples_and_a_none_entry_passes_the_checker():
+    @zyg.adjoint(scaled_square, samples=[(0.7, 2.0), (-1.1, 0.5)])
+    def _(x, k):
+        y = scaled_square(x, k)
+
+        def back(dy):
+            return (dy * 2.0 * k * x, dy * x * x)
+        return y, back
+
+    rule = registry.lookup(scaled_square)
+    assert sample_points(rule) == [(0.7, 2.0), (-1.1, 0.5)]
+    for args in sample_points(rule):
+        check_rule(scaled_square, *args)
+        check_rule(scaled_square, *args, target="cpu")
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: repr(r))
-def test_every_builtin_rule_against_finite_differences(rule):
-    nargs = len(rule.converted.params)
-    pts = _points(rule.fn, nargs)
-    assert pts, f"{rule!r} has no sample point in its domain among the checker's candidates"
-    for args in pts[:3]:
-        # stay away from kinks (ties of min/max/abs at 0 are excluded by the candidates)
-        _check_rule(rule.fn, args)
+def wrong_rule_target(x):
+    return math.sin(x)
+
+
+def test_checker_rejects_a_wrong_rule():
+    """The checker is not vacuous: a rule with a wrong derivative fails it."""
+    @zyg.adjoint(wrong_rule_target)
+    def _(x):
+        y = wrong_rule_target(x)
+
+        def back(dy):
+            return (dy * math.sin(x),)   # should be cos(x)
+        return y, back
+
+    with pytest.raises(AssertionError, match="rule="):
+        check_rule(wrong_rule_target, 0.7)
+
+
+def test_checker_rejects_a_wrong_none_entry():
+    @zyg.adjoint(scaled_square)
+    def _(x, k):
+        y = scaled_square(x, k)
+
+        def back(dy):
+            return (dy * 2.0 * k * x, None)   # k does matter
+        return y, back
+
+    with pytest.raises(AssertionError, match="no gradient for argument 1"):
+        check_rule(scaled_square, 0.7, 2.0)
+
+
+def test_nondifferentiable_user_function():
+    def step(x):
+        return 1.0 if x > 0 else 0.0
+
+    zyg.nondifferentiable(step)
+
+    def f(x):
+        return step(x) * x * x
+
+    for target in ("python", "cpu"):
+        assert zyg.grad(f, target=target)(0.7) == pytest.approx(1.4, rel=1e-15)
+        assert zyg.grad(f, target=target)(-0.7) == 0.0
+
+
+def test_reset_user_rules_forgets_rules():
+    assert registry.lookup(softclip) is not None
+    registry.reset_user_rules()
+    assert registry.lookup(softclip) is None
+    with pytest.raises(zyg.NoAdjoint, match="softclip"):
+        zyg.grad(uses_softclip, target="python")(0.5)
+    # the built-in rules survive a reset
+    assert registry.lookup(math.sin) is not None
+
+
+# -- generic rule checker over every built-in rule ------------------------------
+
+RULES = builtin_rules()
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: repr(r)[len("<zyg rule for "):-1])
+def test_builtin_rule_has_sample_points(rule):
+    """Adding a rule whose domain the checker cannot sample fails here: give it
+    ``samples=`` or extend the candidates in rulecheck.py."""
+    pts = sample_points(rule)
+    assert len(pts) >= 2, f"{rule!r} has only {len(pts)} usable sample points: {pts}"
+    assert all(usable(rule.fn, p) for p in pts)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: repr(r)[len("<zyg rule for "):-1])
+def test_builtin_rule_python(rule):
+    for args in sample_points(rule):
+        check_rule(rule.fn, *args, target="python")
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: repr(r)[len("<zyg rule for "):-1])
+def test_builtin_rule_cpu(rule):
+    args = sample_points(rule)[0]
+    check_rule(rule.fn, *args, target="cpu")
 
 
 def test_rule_table_is_large():
-    assert len(RULES) >= 60
+    assert len(RULES) >= 80
+    names = {repr(r) for r in RULES}
+    for want in ("math.sin", "np.arccosh", "math.atan2", "np.logaddexp", "operator.pow", "math.erf"):
+        assert f"<zyg rule for {want}>" in names
+
+
+def test_new_rule_applies_to_an_existing_gradient():
+    def local_fn(x):
+        return x * x
+
+    def f(x):
+        return local_fn(x) + x
+
+    g = zyg.grad(f, target="python")
+    with pytest.raises(zyg.NoAdjoint):
+        g(0.5)
+
+    @zyg.adjoint(local_fn)
+    def _(x):
+        y = local_fn(x)
+
+        def back(dy):
+            return (dy * 2.0 * x,)
+        return y, back
+
+    assert g(0.5) == pytest.approx(2.0, rel=1e-15)
+
+
+def _override_sin_then_reset():
+    """Override the built-in math.sin rule, call reset_user_rules, and return the
+    gradient of sin at 0.5 afterwards, restoring the registry whatever happens."""
+    saved_rule = registry._RULES[registry._key(math.sin)]
+
+    def f(x):
+        return math.sin(x)
+
+    try:
+        g_old = zyg.grad(f, target="python")
+        assert g_old(0.5) == pytest.approx(math.cos(0.5), rel=1e-15)
+
+        @zyg.adjoint(math.sin)
+        def _(x):
+            y = math.sin(x)
+
+            def back(dy):
+                return (dy * 100.0,)
+            return y, back
+
+        assert g_old(0.5) == 100.0
+        registry.reset_user_rules()
+        return g_old(0.5), zyg.grad(f, target="python")(0.5)
+    finally:
+        # restore by hand so a failure here cannot poison the tests that follow
+        registry._RULES[registry._key(math.sin)] = saved_rule
+        zyg.reset_caches()
+
+
+def test_reset_user_rules_restores_an_overridden_builtin_rule():
+    """reset_user_rules() is documented to forget every rule registered by users; a user
+    rule that replaced a built-in one must give the built-in rule back."""
+    _, new = _override_sin_then_reset()
+    assert new == pytest.approx(math.cos(0.5), rel=1e-15)
+
+
+def test_reset_user_rules_invalidates_compiled_gradients():
+    """A gradient compiled while a user rule was registered must not keep using it
+    after the rule is forgotten."""
+    old, _ = _override_sin_then_reset()
+    assert old == pytest.approx(math.cos(0.5), rel=1e-15)

@@ -35,8 +35,14 @@ def wrapper_for(target: str):
     if target == "python":
         return lambda obj: obj
     import numba
+    import math
+    import numpy as np
+    # math functions numba's nopython mode lacks, and their numpy equivalents
+    subst = {id(math.cbrt): np.cbrt, id(math.fmod): np.fmod}
 
     def wrap(obj):
+        if id(obj) in subst:
+            return subst[id(obj)]
         if isinstance(obj, types.FunctionType):
             got = _njit_cache.get(id(obj))
             if got is None or got[0] is not obj:

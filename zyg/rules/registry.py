@@ -44,6 +44,9 @@ class Rule:
 _RULES: Dict[Any, Rule] = {}
 _NONDIFF: Dict[Any, bool] = {}
 _BUILTIN_KEYS: set = set()
+# the built-in state, saved when the built-in phase ends, restored by reset_user_rules
+_BUILTIN_RULES: Dict[Any, Rule] = {}
+_BUILTIN_NONDIFF: Dict[Any, bool] = {}
 _builtin_phase = True
 
 
@@ -81,6 +84,9 @@ def nondifferentiable(fn: Any) -> Any:
     _RULES.pop(k, None)
     if _builtin_phase:
         _BUILTIN_KEYS.add(k)
+    else:
+        from ..api import _invalidate_caches
+        _invalidate_caches()
     return fn
 
 
@@ -104,15 +110,24 @@ def all_rules() -> Dict[Any, Rule]:
 
 
 def reset_user_rules() -> None:
-    """Forget every rule registered by users (tests call this between cases)."""
-    for k in list(_RULES):
-        if k not in _BUILTIN_KEYS:
-            del _RULES[k]
-    for k in list(_NONDIFF):
-        if k not in _BUILTIN_KEYS:
-            del _NONDIFF[k]
+    """Forget every rule registered by users, restoring built-in rules they
+    overrode or declared non-differentiable (tests call this between cases)."""
+    if _builtin_phase:
+        return
+    changed = _RULES != _BUILTIN_RULES or _NONDIFF != _BUILTIN_NONDIFF
+    _RULES.clear()
+    _RULES.update(_BUILTIN_RULES)
+    _NONDIFF.clear()
+    _NONDIFF.update(_BUILTIN_NONDIFF)
+    if changed:
+        from ..api import _invalidate_caches
+        _invalidate_caches()
 
 
 def end_builtin_phase() -> None:
     global _builtin_phase
     _builtin_phase = False
+    _BUILTIN_RULES.clear()
+    _BUILTIN_RULES.update(_RULES)
+    _BUILTIN_NONDIFF.clear()
+    _BUILTIN_NONDIFF.update(_NONDIFF)

@@ -92,6 +92,15 @@ NONDIFF = [
 _FILENAME = "<zyg-rules-scalar>"
 
 
+# math functions numba's nopython mode cannot compile: their rules compute the
+# primal with the numpy equivalent (same value on floats), so both targets work
+_VIA_NUMPY = {"cbrt", "fmod"}
+
+
+def _prim(mod: str, name: str) -> str:
+    return f"np.{name}" if mod == "math" and name in _VIA_NUMPY else f"{mod}.{name}"
+
+
 def _generate() -> str:
     out = ["# generated from the tables in zyg/rules/scalar.py", ""]
     for mod in ("math", "np"):
@@ -101,7 +110,7 @@ def _generate() -> str:
             expr = d.replace("M.", mod + ".")
             out += [f"@adjoint({mod}.{name})",
                     f"def {mod}_{name}_rule(x):",
-                    f"    y = {mod}.{name}(x)",
+                    f"    y = {_prim(mod, name)}(x)",
                     "    def back(dy):",
                     f"        return (dy * ({expr}),)",
                     "    return y, back", ""]
@@ -112,7 +121,7 @@ def _generate() -> str:
             dbs = "None" if db is None else f"dy * ({db.replace('M.', mod + '.')})"
             out += [f"@adjoint({mod}.{name})",
                     f"def {mod}_{name}_rule(a, b):",
-                    f"    y = {mod}.{name}(a, b)",
+                    f"    y = {_prim(mod, name)}(a, b)",
                     "    def back(dy):",
                     f"        return (dy * ({da}), {dbs})",
                     "    return y, back", ""]
