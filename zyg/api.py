@@ -17,7 +17,7 @@ import numpy as np
 from .compile import compile_error, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .pullbacks.transform import emit_fused, emit_split, plan
-from .ssa.analysis import kind_of_value
+from .ssa.analysis import differentiable, is_array, kind_of_value
 from .ssa.emit import _ident
 from .ssa.ir import Function
 from .ssa.lower import lower, unwrap
@@ -50,12 +50,20 @@ def ssa_of(f: Any) -> Function:
 
 
 _ALLOWED = ("bool", "int", "float")
+_ARRAY_DTYPES = ("f8", "f4", "i8", "i4", "b1")
 
 
 def _kinds(args: Sequence[Any], fname: str) -> List[str]:
     ks = []
     for i, a in enumerate(args):
         k = kind_of_value(a)
+        if isinstance(a, np.ndarray):
+            if a.dtype.str[1:] not in _ARRAY_DTYPES or not 1 <= a.ndim <= 3:
+                raise TypeMismatch(
+                    f"argument {i} of {fname} is a {a.ndim}-D {a.dtype} array; zyg differentiates "
+                    f"float64 and float32 arrays of 1 to 3 dimensions (and reads int and bool arrays)")
+            ks.append(k)
+            continue
         if k not in _ALLOWED:
             raise TypeMismatch(
                 f"argument {i} of {fname} is a {type(a).__name__}; this version of zyg "
@@ -92,6 +100,17 @@ class _Specializer:
 
     def build(self, args: Sequence[Any]) -> Callable:
         key = _type_key(args)
+        if any(isinstance(a, np.ndarray) for a in args):
+            disp = self.cache.get(key)
+            if not isinstance(disp, _ArrayDispatch):
+                disp = self.cache[key] = _ArrayDispatch(self)
+            disp.entry_for(args)
+            return disp
+        entry = self.build_entry(args)
+        self.cache[key] = entry
+        return entry
+
+    def build_entry(self, args: Sequence[Any]) -> Callable:
         ir = ssa_of(self.f)
         if len(args) != len(ir.params):
             raise TypeError(f"{ir.name}() takes {len(ir.params)} positional arguments "
@@ -104,13 +123,17 @@ class _Specializer:
         else:
             entry = self._build_grad(ir, kinds, wrap)
         self._args = None
-        self.cache[key] = entry
         return entry
 
     def _build_grad(self, ir: Function, kinds: List[str], wrap) -> Callable:
         wrt, single = _normalise_argnums(self.argnums, len(ir.params))
         value = self.mode == "value_and_grad"
         p = plan(ir, kinds, wrt, self.target)
+        if is_array(p.ret_kind):
+            raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns an array; grad and "
+                               "value_and_grad need a scalar output",
+                               hint="reduce it (np.sum, a loss), or use zyg.pullback(f, x) and pass an "
+                                    "array dy to back")
         fname = f"{self.name}_{'vg' if value else 'grad'}"
         _, code, ns, diffable, stacks = emit_fused(p, fname, wrap, value=value)
         (fn,), path, locs = load(code, ns.ns, [fname], self.target, fname)
@@ -142,34 +165,75 @@ class _Specializer:
         wrt = list(range(len(ir.params)))
         p = plan(ir, kinds, wrt, self.target)
         stem = f"{self.name}_pullback"
-        code, ns, tape = emit_split(p, stem, wrap)
+        code, ns, tape, mutates = emit_split(p, stem, wrap)
         (prim, adj), path, locs = load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
                                        self.target, stem)
         prim = _fast(_checked(prim, path, locs, ir.name), self._args)
         adj = _checked(adj, path, locs, ir.name)
-        slots = [i for i, k in enumerate(kinds) if k in ("float", "complex")]
+        slots = [i for i, k in enumerate(kinds) if differentiable(k)]
         nargs = len(kinds)
+        ret_array = is_array(p.ret_kind)
 
         adj_state = [adj]
 
         def run(*args):
             y, tp = prim(*args)
+            calls = [0]
 
             def back(dy=1.0):
                 """Cotangents of every positional argument (None for ints and bools)."""
-                if dy is None:
-                    dy = 0.0
-                dyv = float(dy) if not isinstance(dy, complex) else dy
+                if ret_array:
+                    dyv = np.zeros_like(y) if dy is None else np.asarray(dy, dtype=y.dtype)
+                    if dyv.shape != y.shape:
+                        raise TypeMismatch(f"back() of {ir.name}: dy has shape {dyv.shape}, the output "
+                                           f"has shape {y.shape}")
+                else:
+                    if dy is None:
+                        dy = 0.0
+                    dyv = float(dy) if not isinstance(dy, complex) else dy
+                if mutates and calls[0]:
+                    raise TypeMismatch(f"back() of {ir.name} was already called: {ir.name} writes into "
+                                       "arrays and the first back() rewound them",
+                                       hint="call zyg.pullback again for another cotangent")
+                calls[0] += 1
                 a = adj_state[0]
                 if isinstance(a, _FirstCall):
                     a = adj_state[0] = a.compile_for(tuple(tp) + (dyv,))
                 gs = a(*tp, dyv)
                 out: List[Any] = [None] * nargs
                 for s, g in zip(slots, gs):
-                    out[s] = float(g)
+                    out[s] = g if isinstance(g, np.ndarray) else float(g)
                 return tuple(out)
             return y, back
         return run
+
+
+class _ArrayDispatch:
+    """Cache entry for argument tuples with arrays: the generated code depends on each
+    array's dtype and number of dimensions, which ``type()`` does not show."""
+
+    __slots__ = ("spec", "entries")
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.entries: Dict[Any, Callable] = {}
+
+    @staticmethod
+    def key(args) -> Any:
+        return tuple((a.dtype.num, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args)
+
+    def entry_for(self, args) -> Callable:
+        k = self.key(args)
+        e = self.entries.get(k)
+        if e is None:
+            e = self.entries[k] = self.spec.build_entry(args)
+        return e
+
+    def __call__(self, *args):
+        e = self.entries.get(self.key(args))
+        if e is None:
+            e = self.entry_for(args)
+        return e(*args)
 
 
 def _dtype(dt: str):
@@ -356,11 +420,11 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
     wrt, _ = _normalise_argnums(argnums, len(ir.params))
     p = plan(ir, kinds, wrt, "python")
     name = _ident(ir.name)
-    code, _, _ = emit_split(p, name, lambda o: o)
+    code, _, _, _ = emit_split(p, name, lambda o: o)
     _, fused, _, _, _ = emit_fused(p, name + "_vg", lambda o: o)
     kinds_line = ", ".join(f"{q}: {p.kinds.get(q.id)}" for q in ir.params)
     act = ", ".join(f"%{v}" for v in sorted(p.active)) or "(none)"
-    text = (f"=== SSA IR of {ir.name} ===\n{ir}\n\n"
+    text = (f"=== SSA IR of {ir.name} ===\n{p.fn}\n\n"
             f"argument kinds: {kinds_line}\nactive values: {act}\n\n"
             f"=== primal and adjoint (used by zyg.pullback) ===\n{code.text()}\n"
             f"=== fused value-and-gradient (used by zyg.grad) ===\n{fused.text()}")

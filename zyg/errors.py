@@ -61,5 +61,5 @@ class CompileError(SourceError):
     """The generated code failed to compile (numba typing or lowering error)."""
 
 
-class TypeMismatch(ZygError):
-    """Arguments of a type zyg cannot differentiate (e.g. a string)."""
+class TypeMismatch(SourceError):
+    """Values of a type zyg cannot differentiate (a string argument, indexing a float)."""

@@ -29,7 +29,10 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from ..errors import NoAdjoint
 from ..rules import registry
 from ..pullbacks.closure import ConvertedRule, render, resolve_global
-from ..ssa.analysis import activity, infer_kinds, loops_of_blocks, natural_loops
+from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer_kinds, is_array,
+                            loops_of_blocks, natural_loops)
+from ..ssa.prims import InPlace
+from .arrays import ArrayMixin, zero_of
 from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Namespace, const_src, var_name
 from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var, callee_name
 from ..ssa.passes import dominators
@@ -48,14 +51,70 @@ class Plan:
     defblock: Dict[int, int]
     target: str
     loops: Dict[int, Set[int]] = field(default_factory=dict)
+    aliases: Any = None
+    ret_kind: str = "float"
+
+
+def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
+    """A copy of ``fn`` where ``x op= y`` on numbers is the plain operation."""
+    import copy
+    out = copy.copy(fn)
+    out.blocks = {}
+    for b, blk in fn.blocks.items():
+        nb = copy.copy(blk)
+        nb.stmts = []
+        for st in blk.stmts:
+            e = st.expr
+            if isinstance(e.fn, InPlace) and not (isinstance(e.args[0], Var)
+                                                   and is_array(kinds.get(e.args[0].id, ""))):
+                st = Stmt(st.var, Call(e.fn.op, list(e.args), dict(e.kwargs)), st.loc)
+            nb.stmts.append(st)
+        out.blocks[b] = nb
+    return out
+
+
+def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
+    """Report indexing and attributes of values that do not have them, at the user's line."""
+    from ..errors import TypeMismatch
+    from ..ssa.analysis import is_tuple
+    from ..ssa.prims import Attr, GetItem, SetItem
+
+    def bad(st, msg, hint=None):
+        loc = st.loc
+        return TypeMismatch(msg, loc.filename if loc else None, loc.lineno if loc else None,
+                            loc.col if loc else None, hint=hint)
+    for blk in fn.iter_blocks():
+        for st in blk.stmts:
+            e = st.expr
+            if not isinstance(e.fn, (GetItem, SetItem, Attr)) or not e.args:
+                continue
+            base = e.args[0]
+            k = kinds.get(base.id, "undef") if isinstance(base, Var) else "object"
+            if k == "undef":
+                continue
+            if isinstance(e.fn, Attr):
+                if not is_array(k):
+                    raise bad(st, f"'.{e.fn.attr}' of a {k} value: only arrays have it")
+                continue
+            if is_array(k):
+                continue
+            if is_tuple(k) and isinstance(e.fn, GetItem) and e.fn.spec == ("i",) and \
+                    isinstance(e.args[1], Const):
+                continue
+            what = "a tuple with a non-constant index" if is_tuple(k) else f"a {k} value"
+            raise bad(st, f"indexing {what} is not supported",
+                      "index numpy arrays (a[i], a[i, j], a[lo:hi]) or tuples with constants (t[0])")
 
 
 def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan:
     kinds = infer_kinds(fn, argkinds)
+    fn = specialize(fn, kinds)
+    kinds = infer_kinds(fn, argkinds)
+    check_kinds(fn, kinds)
     ret = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
     rv = ret.term.value
     rk = kinds.get(rv.id, "undef") if isinstance(rv, Var) else ("none" if rv.value is None else "float")
-    if rk in ("none", "object"):
+    if rk in ("none", "object") or (not differentiable(rk) and rk not in ("int", "bool", "undef")):
         from ..errors import TypeMismatch
         raise TypeMismatch(f"{fn.name} ({fn.filename}:{fn.firstlineno}) must return a number to be "
                            "differentiated, but it may return None (or a non-number): is a 'return' missing on "
@@ -71,13 +130,14 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
             if st.var is not None:
                 defblock[st.var.id] = blk.id
     return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, target,
-                loops)
+                loops, Aliases(fn, kinds), rk)
 
 
-class Emitter:
+class Emitter(ArrayMixin):
     def __init__(self, p: Plan, wrap: Callable[[Any], Any]):
         self.p = p
         self.fn = p.fn
+        self.al = p.aliases
         self.ns = Namespace(wrap)
         self.wrap = wrap
         self.stack_used: Set[str] = set()
@@ -201,7 +261,7 @@ class Emitter:
         for blk in self.fn.iter_blocks():
             pushes: List[Tuple[str, str]] = []
             for st in blk.stmts:
-                if not self.active_stmt(st):
+                if self.is_array_stmt(st) or not self.active_stmt(st):
                     continue
                 conv = self.rule_for(blk, st)
                 self.rules[st.var.id] = conv
@@ -235,6 +295,7 @@ class Emitter:
             self.pushes[blk.id] = uniq
             for _, k in uniq:
                 self.stack_used.add(KIND_STACK.get(k, "f"))
+        self.prepare_arrays()
         for h in self.counted:
             if len(self.p.loops_of[h]) > 1:
                 self.stack_used.add("i")
@@ -284,7 +345,7 @@ class Emitter:
     # -- stack code ----------------------------------------------------------------
     def block_demand(self, blk) -> Dict[str, int]:
         """Most slots each stack may receive while ``blk`` runs (residuals + edge tag)."""
-        need: Dict[str, int] = {}
+        need: Dict[str, int] = self.array_block_demand(blk)
         for _, k in self.pushes[blk.id]:
             s = KIND_STACK.get(k, "f")
             need[s] = need.get(s, 0) + 1
@@ -309,6 +370,9 @@ class Emitter:
 
     # -- primal --------------------------------------------------------------------
     def primal_stmt(self, blk, st: Stmt, ind: int, code: Code) -> None:
+        if id(st) in self.astmts:
+            self.primal_array_stmt(blk, st, ind, code, self._record)
+            return
         e = st.expr
         lhs = var_name(st.var) + " = " if st.var is not None else ""
         args = [self.src(a) for a in e.args]
@@ -344,9 +408,15 @@ class Emitter:
     def edge(self, src_blk: int, target: int, args, ind: int, code: Code, record: bool) -> None:
         params = self.fn.blocks[target].params
         if params:
-            lhs = ", ".join(var_name(p) for p in params)
-            rhs = ", ".join(self.src(a) for a in args)
-            code.add(ind, f"{lhs} = {rhs}")
+            lhs = [var_name(p) for p in params]
+            rhs = [self.src(a) for a in args]
+            if record:
+                # written arrays carry their shadow along (pointers, as the values)
+                for p, a in zip(params, args):
+                    if p.id in self.shadow_roots and self.mutable(p):
+                        lhs.append(self.dname(p))
+                        rhs.append(self.shadow_primal(a))
+            code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
         ps = self.p.preds[target]
         if record:
             ex = self.exited_counts(src_blk, target)
@@ -374,6 +444,7 @@ class Emitter:
         keeps numba from adding reference-count traffic to every iteration.
         """
         grows = record and bool(self.stack_used)
+        self._record = record
         code.add(ind, f"_blk = {self.fn.order[0]}")
         if grows:
             code.add(ind, "while True:")
@@ -416,10 +487,17 @@ class Emitter:
             cond = " or ".join(f"_{s}sp + {n} > _{s}cap" for s, n in sorted(need.items()))
             code.add(i2, f"if {cond}:")
             code.add(i2 + 1, "break")
+        if record:
+            first = blk.id == self.fn.order[0]
+            for p in blk.params:
+                if p.id in self.shadow_roots and (first or not self.mutable(p)):
+                    self.alloc_shadow(p, i2, code, self.in_loop(blk.id) and not first)
         for st in blk.stmts:
             self.primal_stmt(blk, st, i2, code)
         if record and self.pushes[blk.id]:
             self.push_code(self.pushes[blk.id], i2, code)
+        if record:
+            self.push_block_arrays(blk, i2, code)
         t = blk.term
         if isinstance(t, Jump):
             self.edge(blk.id, t.target, t.args, i2, code, record)
@@ -469,11 +547,16 @@ class Emitter:
                     names[st.var.id] = st.var
         for vid in active_vars:
             v = names[vid]
+            if self.is_arr(v):
+                continue
             code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")
         ret_blk = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
         rv = ret_blk.term.value
         if self.is_active(rv):
-            code.add(ind, f"{self.dname(rv)} = _dy")
+            if self.is_arr(rv):
+                code.add(ind, f"{self.shadow(rv, {})} += _dy")
+            else:
+                code.add(ind, f"{self.dname(rv)} = _dy")
         code.add(ind, f"_blk = {ret_blk.id}")
         code.add(ind, "while True:")
         first = True
@@ -494,6 +577,7 @@ class Emitter:
     def adjoint_block(self, blk, i2: int, code: Code) -> None:
         """Reverse of one block: pop residuals, run pullbacks backwards, go to the predecessor."""
         local: Dict[str, str] = {}
+        self.pop_block_arrays(blk, local, i2, code)
         by: Dict[str, List[str]] = {}
         for name, k in self.pushes[blk.id]:
             by.setdefault(KIND_STACK.get(k, "f"), []).append(name)
@@ -503,8 +587,11 @@ class Emitter:
             for j, name in enumerate(pnames):
                 local[name] = f"{name}_b{blk.id}"
                 code.add(i2, f"{local[name]} = _{s}s[_{s}sp + {j}]")
+        self.pop_stmt_records(blk, local, i2, code)
         for st in reversed(blk.stmts):
-            if st.var is not None and st.var.id in self.rules:
+            if id(st) in self.astmts:
+                self.adjoint_array_stmt(blk, st, local, i2, code)
+            elif st.var is not None and st.var.id in self.rules:
                 self.adjoint_stmt(blk, st, local, i2, code)
         self.adjoint_entry(blk, i2, code)
         if blk.id == self.fn.order[0]:
@@ -513,6 +600,8 @@ class Emitter:
     def value_ref(self, a, local: Dict[str, str]) -> str:
         if not isinstance(a, Var):
             return const_src(a, self.ns)
+        if self.is_arr(a):
+            return self.arr_value(a, local)
         if a.id in self.recompute:
             init, step, h = self.recompute[a.id]
             return f"({self.value_ref(init, local)} + {step} * _n{h})"
@@ -568,11 +657,24 @@ class Emitter:
     def adjoint_entry(self, blk, ind: int, code: Code) -> None:
         if blk.id == self.fn.order[0]:
             return
-        act = [(k, p) for k, p in enumerate(blk.params) if self.is_active(p)]
+        act = [(k, p) for k, p in enumerate(blk.params) if self.is_active(p) and not self.is_arr(p)]
         for j, (k, p) in enumerate(act):
             code.add(ind, f"_c{j} = {self.dname(p)}")
             if self.in_loop(blk.id):
                 code.add(ind, f"{self.dname(p)} = {ZERO.get(self.kind(p), '0.0')}")
+        # arrays: accumulators of unwritten arrays are added into the argument's shadow;
+        # written arrays get their buffer and shadow pointers back (the edge is undone)
+        fun = [(k, p) for k, p in enumerate(blk.params) if self.is_arr(p) and self.is_active(p)
+               and not self.mutable(p)]
+        mut = [(k, p) for k, p in enumerate(blk.params) if self.is_arr(p) and self.mutable(p)]
+        own = {p.id for p in blk.params}
+        cyc = any(isinstance(self.edge_args(q, blk.id)[k], Var) and self.edge_args(q, blk.id)[k].id in own
+                  for q in self.p.preds[blk.id] for k, _ in fun)
+        if cyc:
+            for k, p in fun:
+                code.add(ind, f"_a{k} = {self.dname(p)}.copy()")
+                if self.in_loop(blk.id):
+                    code.add(ind, f"{self.dname(p)}[...] = 0")
         ps = self.p.preds[blk.id]
 
         def to_pred(pred: int, i2: int):
@@ -585,13 +687,39 @@ class Emitter:
                 a = args[k]
                 if self.is_active(a):
                     code.add(i2, f"{self.dname(a)} += _c{j}")
+            for k, p in fun:
+                a = args[k]
+                if self.is_active(a):
+                    src = f"_a{k}" if cyc else self.dname(p)
+                    self.accumulate(a, src, array_ndim(self.kind(p)), {}, i2, code)
+            if mut:
+                lhs, rhs = [], []
+                for k, p in mut:
+                    a = args[k]
+                    lhs.append(var_name(a))
+                    rhs.append(var_name(p))
+                    self.adj_uses.add(var_name(p))
+                    if self.is_active(p) and self.is_active(a):
+                        lhs.append(self.dname(a))
+                        rhs.append(self.dname(p))
+                        self.adj_uses.add(self.dname(p))
+                code.add(i2, f"{', '.join(lhs)} = {', '.join(rhs)}")
             for h in reversed(self.exited_counts(pred, blk.id)):
                 code.add(i2, "_isp -= 1")
                 code.add(i2, f"_n{h} = _is[_isp]")
             code.add(i2, f"_blk = {pred}")
 
+        if fun and not cyc and self.in_loop(blk.id):
+            zero_after = [f"{self.dname(p)}[...] = 0" for _, p in fun]
+        else:
+            zero_after = []
+
+        def finish():
+            for z in zero_after:
+                code.add(ind, z)
         if len(ps) == 1:
             to_pred(ps[0], ind)
+            finish()
             return
         if blk.id in self.counted:
             o, latch = self.counted[blk.id]
@@ -600,6 +728,7 @@ class Emitter:
             code.add(ind, "else:")
             code.add(ind + 1, f"_n{blk.id} -= 1")
             to_pred(latch, ind + 1)
+            finish()
             return
         if self.in_loop(blk.id):
             code.add(ind, "_tsp -= 1")
@@ -612,6 +741,7 @@ class Emitter:
             else:
                 code.add(ind, f"{'if' if k == 0 else 'elif'} _tag == {k}:")
             to_pred(pred, ind + 1)
+        finish()
 
     # -- whole functions ---------------------------------------------------------
     def stack_init(self, code: Code, ind: int, pooled: bool = False) -> None:
@@ -627,6 +757,10 @@ class Emitter:
             code.add(ind, f"_{s}sp = 0")
         if self.stack_used:
             self.ns.ns["_zyg_grow"] = grow_for(self.p.target)
+        if self.arr_vars:
+            from ..rules.arrays import helpers
+            for k, v in helpers(self.p.target).items():
+                self.ns.ns[k] = v
 
     def residual_init(self, code: Code, ind: int) -> None:
         kinds_by_name = {}
@@ -646,10 +780,13 @@ class Emitter:
             for st in blk.stmts:
                 if st.var is not None:
                     cross.add(var_name(st.var))
-        for n in sorted(cross - params):
+        shadows = {self.dname(v) for v in self.shadow_roots.values()}
+        for n in sorted(cross - params - shadows):
             if kinds_by_name.get(n, "float") in ("none", "undef", "object"):
                 continue
-            code.add(ind, f"{n} = {ZERO.get(kinds_by_name.get(n, 'float'), '0.0')}")
+            code.add(ind, f"{n} = {zero_of(kinds_by_name.get(n, 'float'))}")
+        for vid, v in sorted(self.shadow_roots.items()):
+            code.add(ind, f"{self.dname(v)} = {zero_of(self.kind(v))}")
         for t in self.tag_scalars + self.count_scalars:
             code.add(ind, f"{t} = 0")
 
@@ -658,7 +795,15 @@ class Emitter:
         for i in self.p.wrt:
             p = self.fn.params[i]
             k = self.kind(p)
-            if k not in ("float", "complex"):
+            if not differentiable(k):
+                continue
+            if is_array(k):
+                if self.is_active(p):
+                    self.adj_uses.add(self.dname(p))
+                    outs.append(self.dname(p))
+                else:
+                    self.adj_uses.add(var_name(p))
+                    outs.append(f"np.zeros({var_name(p)}.shape, {var_name(p)}.dtype)")
                 continue
             outs.append(self.dname(p) if self.is_active(p) else ZERO[k])
         return outs
@@ -700,15 +845,27 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True):
         g = "()"
     res = ([("_ret")] if value else []) + [g] + [f"_{s}s" for s in stacks]
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
-    diffable = [i for i in p.wrt if em.kind(p.fn.params[i]) in ("float", "complex")]
+    diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]
     return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks]
 
 
-def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str]]:
-    """A primal ``name_primal(*args) -> (value, tape)`` and ``name_adjoint(*tape, _dy)``."""
+def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str], bool]:
+    """A primal ``name_primal(*args) -> (value, tape)`` and ``name_adjoint(*tape, _dy)``.
+
+    The adjoint can be replayed: it zeroes the shadow buffers it receives and
+    returns copies of the gradients.  (Functions that write into arrays rewind
+    them in the adjoint, so their ``back`` runs once; the API enforces it.)"""
     em = Emitter(p, wrap)
     adj = Code()
     em.adjoint(adj, 1)
+    em.grad_outputs()      # registers the shadows it returns as tape entries
+    pro = Code()
+    for vid, v in sorted(em.shadow_roots.items()):
+        d = em.dname(v)
+        if d in em.adj_uses:
+            pro.add(1, f"{d}[...] = 0")
+    pro.extend(adj)
+    adj = pro
     tape = []
     for s in sorted(em.stack_used):
         tape += [f"_{s}s", f"_{s}sp"]
@@ -725,6 +882,9 @@ def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str]]:
     code.add(0, f"def {name}_adjoint({', '.join(tape + ['_dy'])}):")
     code.add(1, f'"""Adjoint of {p.fn.name}: gradients of every float argument."""')
     code.extend(adj)
-    outs = em.grad_outputs()
+    outs = [o + ".copy()" if o in em.adj_uses and o.startswith("d") and
+            any(em.dname(v) == o for v in em.shadow_roots.values()) else o for o in em.grad_outputs()]
     code.add(1, "return (" + "".join(o + ", " for o in outs) + ")")
-    return code, em.ns, tape
+    from ..ssa.prims import SetItem
+    mutates = bool(em.al.mutated)
+    return code, em.ns, tape, mutates

@@ -1,7 +1,10 @@
 """Analyses over SSA: value kinds (a light type lattice), activity, loops.
 
 Kinds are strings: ``bool < int < float < complex`` (numeric promotion), ``none``,
-``undef`` (bottom: no value seen yet) and ``object`` (top).
+``undef`` (bottom: no value seen yet) and ``object`` (top); arrays are
+``<dtype>[<ndim>]`` (``f8[2]``, ``c16[1]``, ``i8[1]``) and tuples
+``tuple(<kind>,...)``.  Result kinds are found by evaluating the callee on sample
+values of the argument kinds (and on the actual value of constant operands).
 """
 from __future__ import annotations
 
@@ -21,6 +24,10 @@ _SAMPLES = {
 
 def kind_of_value(v: Any) -> str:
     """Kind of a run-time argument value."""
+    if isinstance(v, np.ndarray):
+        return f"{v.dtype.str[1:]}[{v.ndim}]"
+    if isinstance(v, tuple):
+        return "tuple(" + ",".join(kind_of_value(x) for x in v) + ")"
     if isinstance(v, (bool, np.bool_)):
         return "bool"
     if isinstance(v, (int, np.integer)):
@@ -32,6 +39,68 @@ def kind_of_value(v: Any) -> str:
     if v is None:
         return "none"
     return "object"
+
+
+def is_array(k: str) -> bool:
+    return k.endswith("]")
+
+
+def array_dtype(k: str) -> str:
+    """numpy dtype name of an array kind: 'f8[2]' -> 'float64'."""
+    return np.dtype(k[:k.index("[")]).name
+
+
+def array_ndim(k: str) -> int:
+    return int(k[k.index("[") + 1:-1])
+
+
+def array_kind(dtype: Any, ndim: int) -> str:
+    return f"{np.dtype(dtype).str[1:]}[{ndim}]"
+
+
+def elem_kind(k: str) -> str:
+    """The scalar kind of an array's elements."""
+    c = k[0]
+    return {"f": "float", "c": "complex", "i": "int", "u": "int", "b": "bool"}.get(c, "object")
+
+
+def is_tuple(k: str) -> bool:
+    return k.startswith("tuple(")
+
+
+def tuple_elts(k: str) -> List[str]:
+    inner = k[6:-1]
+    out, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    if cur:
+        out.append(cur)
+    return out
+
+
+def sample(k: str, i: int) -> Any:
+    """The i-th sample value of kind ``k`` (fresh arrays: callees may write into them)."""
+    if is_array(k):
+        nd = array_ndim(k)
+        n = 4 ** nd
+        base = 0.5 + (np.arange(n) % 7) * 0.125 + 0.03 * i
+        return base.reshape((4,) * nd).astype(array_dtype(k))
+    if is_tuple(k):
+        return tuple(sample(e, i) for e in tuple_elts(k))
+    vals = _SAMPLES[k]
+    return vals[i % len(vals)]
+
+
+def n_samples(k: str) -> int:
+    if is_array(k) or is_tuple(k):
+        return 3
+    return len(_SAMPLES[k])
 
 
 def join(a: str, b: str) -> str:
@@ -53,29 +122,71 @@ def const_kind(c: Const) -> str:
 _result_cache: Dict[Tuple[Any, Tuple[str, ...]], str] = {}
 
 
-def result_kind(fn: Any, kinds: Tuple[str, ...]) -> str:
-    """Kind of ``fn(*args)`` for arguments of the given kinds, by evaluating on samples."""
+_NOCONST = object()
+
+
+def _structural_kind(fn: Any, kinds, consts) -> Any:
+    """Kinds that samples cannot find reliably (indices out of the sample's range,
+    reshapes to sizes the sample does not have)."""
+    from .prims import GetItem, SetItem
+    if isinstance(fn, SetItem):
+        return "none"
+    if isinstance(fn, GetItem) and kinds:
+        base = kinds[0]
+        if is_array(base):
+            nd = array_ndim(base) - fn.spec.count("i") + fn.spec.count("n")
+            if "e" not in fn.spec and nd >= 0:
+                return elem_kind(base) if nd == 0 else array_kind(array_dtype(base), nd)
+        if is_tuple(base) and fn.spec == ("i",) and consts[1] is not _NOCONST:
+            elts = tuple_elts(base)
+            try:
+                return elts[consts[1]]
+            except (IndexError, TypeError):
+                return None
+    if fn is np.reshape and len(kinds) == 2 and is_array(kinds[0]):
+        shp = kinds[1]
+        nd = len(tuple_elts(shp)) if is_tuple(shp) else 1
+        return array_kind(array_dtype(kinds[0]), nd)
+    return None
+
+
+def result_kind(fn: Any, kinds: Tuple[str, ...], consts: Tuple[Any, ...] = (),
+                kwnames: Tuple[str, ...] = ()) -> str:
+    """Kind of ``fn(*args, **kwargs)`` for operands of the given kinds, by evaluating on
+    samples; ``consts[i]`` is the value of operand i when it is a constant (else
+    ``_NOCONST``); the last ``len(kwnames)`` operands are keyword arguments."""
     if any(k in ("undef",) for k in kinds):
         return "undef"
     if any(k == "object" for k in kinds):
         return "object"
-    key = (fn, kinds)
+    consts = consts or (_NOCONST,) * len(kinds)
+    structural = _structural_kind(fn, kinds, consts)
+    if structural is not None:
+        return structural
+    ckey = tuple(None if c is _NOCONST else (type(c), c) for c in consts
+                 if not isinstance(c, np.ndarray))
+    key = (fn, kinds, ckey, kwnames)
     try:
         if key in _result_cache:
             return _result_cache[key]
     except TypeError:
         key = None
-    out = "float"
-    n = max([len(_SAMPLES[k]) for k in kinds] or [1])
+    out = None
+    n = max([n_samples(k) for k in kinds] or [1])
     target = getattr(fn, "py_func", fn)
+    npos = len(kinds) - len(kwnames)
     for i in range(n):
-        args = [_SAMPLES[k][i % len(_SAMPLES[k])] for k in kinds]
+        vals = [c if c is not _NOCONST else sample(k, i) for k, c in zip(kinds, consts)]
         try:
             with np.errstate(all="ignore"):
-                out = kind_of_value(target(*args))
+                r = target(*vals[:npos], **dict(zip(kwnames, vals[npos:])))
+            out = kind_of_value(r)
             break
         except Exception:
             continue
+    if out is None:
+        # no sample works: arrays give 'object' (zyg reports it), numbers keep 'float'
+        out = "object" if any(is_array(k) or is_tuple(k) for k in kinds) else "float"
     if key is not None:
         _result_cache[key] = out
     return out
@@ -97,10 +208,11 @@ def infer_kinds(fn: Function, argkinds: List[str]) -> Dict[int, str]:
             for st in blk.stmts:
                 if st.var is None:
                     continue
-                if st.expr.kwargs:
-                    new = "float"
-                else:
-                    new = result_kind(st.expr.fn, tuple(k_of(a) for a in st.expr.args))
+                ops = list(st.expr.args) + list(st.expr.kwargs.values())
+                new = result_kind(st.expr.fn, tuple(k_of(a) for a in ops),
+                                  tuple(a.value if isinstance(a, Const) and not isinstance(a, Undef)
+                                        else _NOCONST for a in ops),
+                                  tuple(st.expr.kwargs))
                 old = kinds.get(st.var.id, "undef")
                 j = join(old, new)
                 if j != old:
@@ -119,18 +231,122 @@ def infer_kinds(fn: Function, argkinds: List[str]) -> Dict[int, str]:
 DIFFERENTIABLE_KINDS = ("float", "complex")
 
 
+def differentiable(k: str) -> bool:
+    if is_tuple(k):
+        return any(differentiable(e) for e in tuple_elts(k))
+    return k in DIFFERENTIABLE_KINDS or (is_array(k) and k[0] in "fc")
+
+
+def is_view_op(fn: Any, args, kinds) -> bool:
+    """Does ``fn(*args)`` return (a view of) its first argument's memory?"""
+    from .prims import Attr, GetItem, InPlace
+    if not args or not isinstance(args[0], Var) or not is_array(kinds.get(args[0].id, "")):
+        return False
+    if isinstance(fn, GetItem):
+        return fn.is_view()
+    if isinstance(fn, Attr):
+        return fn.attr in ("T", "real", "imag")
+    if isinstance(fn, InPlace):
+        return True
+    return fn in (np.reshape, np.transpose, np.ravel)
+
+
+class Aliases:
+    """Alias classes of array values: a view, an in-place result and a block
+    parameter share memory with (or may be) their source.  ``mutated`` holds
+    the classes written by ``a[i] = v`` or ``a op= b``."""
+
+    def __init__(self, fn: Function, kinds: Dict[int, str]):
+        from .prims import InPlace, SetItem
+        self.parent: Dict[int, int] = {}
+        self.view_of: Dict[int, Any] = {}      # view var id -> defining Stmt
+        arr = lambda v: isinstance(v, Var) and is_array(kinds.get(v.id, ""))
+        mutated_vars: Set[int] = set()
+        for blk in fn.iter_blocks():
+            for p in blk.params:
+                if arr(p):
+                    self.find(p.id)
+            for st in blk.stmts:
+                e = st.expr
+                if st.var is not None and arr(st.var):
+                    self.find(st.var.id)
+                    if is_view_op(e.fn, e.args, kinds):
+                        self.union(st.var.id, e.args[0].id)
+                        self.view_of[st.var.id] = st
+                        if isinstance(e.fn, InPlace):
+                            mutated_vars.add(e.args[0].id)
+                if isinstance(e.fn, SetItem) and arr(e.args[0]):
+                    mutated_vars.add(e.args[0].id)
+            for target, args in blk.term.successors():
+                for p, a in zip(fn.blocks[target].params, args):
+                    if arr(p) and arr(a):
+                        self.union(p.id, a.id)
+        self.mutated = {self.find(v) for v in mutated_vars}
+
+    def find(self, x: int) -> int:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+    def members(self, root: int) -> List[int]:
+        return [v for v in self.parent if self.find(v) == root]
+
+    def is_mutated(self, v: int) -> bool:
+        return v in self.parent and self.find(v) in self.mutated
+
+
 def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
              nondiff: "callable") -> Set[int]:
-    """Ids of active values: varied (depend on a ``wrt`` parameter) and useful (reach the return)."""
+    """Ids of active values: varied (depend on a ``wrt`` parameter) and useful (reach the return).
+
+    Arrays are tracked per alias class: writing a varied value into an array makes
+    every value sharing its memory varied, and a useful array makes the values
+    written into it useful.
+    """
+    from .prims import SetItem
+    al = Aliases(fn, kinds)
+
     def diffable(v):
-        return isinstance(v, Var) and kinds.get(v.id) in DIFFERENTIABLE_KINDS
+        return isinstance(v, Var) and differentiable(kinds.get(v.id, ""))
+
+    def spread(ids: Set[int]) -> bool:
+        """Extend ``ids`` to whole alias classes; True if it grew."""
+        roots = {al.find(v) for v in ids if v in al.parent}
+        new = {v for v in al.parent if al.find(v) in roots and v not in ids and diffable_id(v)}
+        ids |= new
+        return bool(new)
+
+    all_vars: Dict[int, Var] = {}
+    for blk in fn.iter_blocks():
+        for p in blk.params:
+            all_vars[p.id] = p
+        for st in blk.stmts:
+            if st.var is not None:
+                all_vars[st.var.id] = st.var
+
+    def diffable_id(i):
+        return differentiable(kinds.get(i, ""))
 
     varied: Set[int] = {fn.params[i].id for i in wrt if diffable(fn.params[i])}
     changed = True
     while changed:
-        changed = False
+        changed = spread(varied)
         for blk in fn.iter_blocks():
             for st in blk.stmts:
+                if isinstance(st.expr.fn, SetItem):
+                    base, val = st.expr.args[0], st.expr.args[-1]
+                    if isinstance(val, Var) and val.id in varied and isinstance(base, Var) \
+                            and base.id not in varied and diffable(base):
+                        varied.add(base.id)
+                        changed = True
+                    continue
                 if st.var is None or st.var.id in varied or not diffable(st.var):
                     continue
                 if nondiff(st.expr.fn):
@@ -149,9 +365,16 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
             useful.add(blk.term.value.id)
     changed = True
     while changed:
-        changed = False
+        changed = spread(useful)
         for blk in fn.iter_blocks():
             for st in blk.stmts:
+                if isinstance(st.expr.fn, SetItem):
+                    base, val = st.expr.args[0], st.expr.args[-1]
+                    if isinstance(base, Var) and base.id in useful and isinstance(val, Var) \
+                            and val.id not in useful:
+                        useful.add(val.id)
+                        changed = True
+                    continue
                 if st.var is not None and st.var.id in useful and not nondiff(st.expr.fn):
                     for a in st.expr.operands():
                         if isinstance(a, Var) and a.id not in useful:

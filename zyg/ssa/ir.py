@@ -88,6 +88,9 @@ class Loc:
 
 def callee_name(fn: Any) -> str:
     """A readable name for a callee object (``math.sin``, ``operator.mul``)."""
+    from .prims import Prim
+    if isinstance(fn, Prim):
+        return fn.name
     mod = getattr(fn, "__module__", None) or ""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     if mod in ("_operator", "operator"):

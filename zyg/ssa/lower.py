@@ -26,6 +26,18 @@ import gast
 
 from ..errors import UnsupportedSyntax
 from .ir import Block, Branch, Call, Const, Function, Jump, Loc, Operand, Return, Stmt, Undef, Var
+from .prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked
+
+import numpy as np
+
+# array methods, lowered to calls of the numpy function of the same meaning
+_METHODS = {
+    "copy": np.copy, "sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max,
+    "min": np.min, "argmax": np.argmax, "argmin": np.argmin, "dot": np.dot,
+    "cumsum": np.cumsum, "transpose": np.transpose, "ravel": np.ravel, "flatten": np.ravel,
+    "reshape": np.reshape, "clip": np.clip,
+}
+_ATTRS = ("shape", "size", "ndim", "T", "real", "imag")
 
 _BINOPS = {
     gast.Add: operator.add, gast.Sub: operator.sub, gast.Mult: operator.mul,
@@ -63,10 +75,9 @@ _UNSUPPORTED_EXPR_HINTS = {
     "SetComp": "comprehensions are not supported; write an explicit loop",
     "DictComp": "comprehensions are not supported; write an explicit loop",
     "GeneratorExp": "generator expressions are not supported; write an explicit loop",
-    "List": "lists are not supported; use scalars or a tuple",
+    "List": "lists are only supported as np.array([x, y, ...]) of numbers",
     "Dict": "dicts are not supported",
     "Set": "sets are not supported",
-    "Subscript": "indexing (arrays) is not supported by this version of zyg",
     "Starred": "'*' unpacking is not supported",
     "JoinedStr": "strings are not supported in differentiated code",
     "NamedExpr": "':=' is not supported; use a separate assignment",
@@ -391,13 +402,46 @@ class Lowerer:
         if len(targets) == 1 and isinstance(targets[0], (gast.Tuple, gast.List)):
             self.assign_tuple(targets[0], st.value)
             return
+        if len(targets) == 1 and isinstance(targets[0], gast.Subscript):
+            v = self.expr(st.value)
+            self.store_subscript(targets[0], v, st)
+            return
         raise self.unsupported(st, "this assignment target is not supported",
-                               "assign to plain names or unpack a literal tuple: a, b = b, a")
+                               "assign to plain names, array elements or unpack a tuple: a, b = b, a")
+
+    def index(self, node) -> tuple:
+        """Lower an index expression: (spec, operands) for GetItem/SetItem."""
+        parts = node.elts if isinstance(node, gast.Tuple) else [node]
+        spec, ops = [], []
+        for p in parts:
+            if isinstance(p, gast.Slice):
+                spec.append("s")
+                for q in (p.lower, p.upper, p.step):
+                    ops.append(Const(None) if q is None else self.expr(q))
+            elif isinstance(p, gast.Constant) and p.value is None:
+                spec.append("n")
+            elif isinstance(p, gast.Constant) and p.value is Ellipsis:
+                spec.append("e")
+            else:
+                spec.append("i")
+                ops.append(self.expr(p))
+        return tuple(spec), ops
+
+    def store_subscript(self, target, value: Operand, node) -> None:
+        base = self.expr(target.value)
+        spec, ops = self.index(target.slice)
+        self.blocks[self.cur].stmts.append(
+            Stmt(None, Call(SetItem(spec), [base] + ops + [value]), self.src.loc(node)))
 
     def assign_tuple(self, target, value) -> None:
         if not isinstance(value, (gast.Tuple, gast.List)):
-            raise self.unsupported(value, "tuple unpacking is only supported from a literal tuple",
-                                   "write 'a, b = x, y' or assign the elements one by one")
+            # unpack a tuple value (n, m = a.shape): one constant index per name
+            v = self.expr(value)
+            for k, t in enumerate(target.elts):
+                if not isinstance(t, gast.Name):
+                    raise self.unsupported(t, "only names can be unpacked from a tuple value")
+                self.write(t.id, self.cur, self.emit(GetItem(("i",)), [v, Const(k)], t, t.id))
+            return
         if len(value.elts) != len(target.elts):
             raise self.unsupported(value, f"cannot unpack {len(value.elts)} values into "
                                           f"{len(target.elts)} names")
@@ -421,16 +465,26 @@ class Lowerer:
         self.write(st.target.id, self.cur, val)
 
     def stmt_AugAssign(self, st) -> None:
-        if not isinstance(st.target, gast.Name):
-            raise self.unsupported(st, "augmented assignment is only supported on names",
-                                   "indexing (arrays) is not supported by this version of zyg")
         op = _BINOPS.get(type(st.op))
         if op is None:
             raise self.unsupported(st, f"operator {type(st.op).__name__} is not supported")
+        if isinstance(st.target, gast.Subscript):
+            # a[i] += v  ->  a[i] = a[i] + v (the old element is what the write records)
+            base = self.expr(st.target.value)
+            spec, ops = self.index(st.target.slice)
+            old = self.emit(GetItem(spec), [base] + ops, st)
+            right = self.expr(st.value)
+            new = self.emit(op, [old, right], st)
+            self.blocks[self.cur].stmts.append(
+                Stmt(None, Call(SetItem(spec), [base] + ops + [new]), self.src.loc(st)))
+            return
+        if not isinstance(st.target, gast.Name):
+            raise self.unsupported(st, "augmented assignment is only supported on names and array elements")
         name = st.target.id
         left = self.read_name(st.target)
         right = self.expr(st.value)
-        self.write(name, self.cur, self.emit(op, [left, right], st, name))
+        # in place on arrays, a plain operation on numbers (decided once kinds are known)
+        self.write(name, self.cur, self.emit(InPlace(op), [left, right], st, name))
 
     def stmt_If(self, st) -> None:
         t = self.new_block(st)
@@ -479,22 +533,65 @@ class Lowerer:
             raise self.unsupported(st, "'for ... else' is not supported",
                                    "use a flag variable set before 'break'")
         it = st.iter
-        if not (isinstance(it, gast.Call) and self.static_value(it.func) is builtins.range):
-            raise self.unsupported(it, "only 'for ... in range(...)' loops are supported",
+        fn = self.static_value(it.func) if isinstance(it, gast.Call) else None
+        if fn is builtins.range:
+            if it.keywords or not 1 <= len(it.args) <= 3:
+                raise self.unsupported(it, "range() takes 1 to 3 positional arguments")
+            if not isinstance(st.target, gast.Name):
+                raise self.unsupported(st.target, "the loop variable must be a plain name")
+            args = [self.expr(a) for a in it.args]
+            if len(args) == 1:
+                start, stop, step = Const(0), args[0], Const(1)
+            elif len(args) == 2:
+                (start, stop), step = args, Const(1)
+            else:
+                start, stop, step = args
+            if isinstance(step, Const) and step.value == 0:
+                raise self.unsupported(it, "range() step must not be zero")
+            name = st.target.id
+            self.counted_loop(st, it, start, stop, step,
+                              lambda i, body: self.write(name, body, i))
+            return
+        # for v in a / for k, v in enumerate(a) / for x, y in zip(a, b): a counted loop
+        # over the first axis, the elements read with a[k]
+        if fn is builtins.enumerate:
+            if len(it.args) != 1 or it.keywords:
+                raise self.unsupported(it, "enumerate() takes one argument here")
+            seqs = [self.expr(it.args[0])]
+            targets = st.target.elts if isinstance(st.target, gast.Tuple) else None
+            if targets is None or len(targets) != 2:
+                raise self.unsupported(st.target, "unpack enumerate() into two names: for i, v in enumerate(a)")
+            idx_name, targets = targets[0], targets[1:]
+        elif fn is builtins.zip:
+            if not it.args or it.keywords:
+                raise self.unsupported(it, "zip() takes arrays here")
+            seqs = [self.expr(a) for a in it.args]
+            targets = st.target.elts if isinstance(st.target, gast.Tuple) else None
+            if targets is None or len(targets) != len(seqs):
+                raise self.unsupported(st.target, f"unpack zip() into {len(seqs)} names")
+            idx_name = None
+        elif isinstance(it, gast.Call) and fn is not None:
+            raise self.unsupported(it, "only 'for' over range(), an array, enumerate() or zip() is supported",
                                    "iterate over an index: for i in range(n)")
-        if it.keywords or not 1 <= len(it.args) <= 3:
-            raise self.unsupported(it, "range() takes 1 to 3 positional arguments")
-        if not isinstance(st.target, gast.Name):
-            raise self.unsupported(st.target, "the loop variable must be a plain name")
-        args = [self.expr(a) for a in it.args]
-        if len(args) == 1:
-            start, stop, step = Const(0), args[0], Const(1)
-        elif len(args) == 2:
-            (start, stop), step = args, Const(1)
         else:
-            start, stop, step = args
-        if isinstance(step, Const) and step.value == 0:
-            raise self.unsupported(it, "range() step must not be zero")
+            seqs = [self.expr(it)]
+            targets = [st.target]
+            idx_name = None
+        for t in targets + ([idx_name] if idx_name is not None else []):
+            if not isinstance(t, gast.Name):
+                raise self.unsupported(t, "the loop variables must be plain names")
+        stop = self.emit(builtins.len, [seqs[0]], it)
+        for q in seqs[1:]:
+            stop = self.emit(builtins.min, [stop, self.emit(builtins.len, [q], it)], it)
+
+        def bind(i, body):
+            if idx_name is not None:
+                self.write(idx_name.id, body, i)
+            for t, q in zip(targets, seqs):
+                self.write(t.id, body, self.emit(GetItem(("i",)), [q, i], t, t.id))
+        self.counted_loop(st, it, Const(0), stop, Const(1), bind)
+
+    def counted_loop(self, st, it, start, stop, step, bind) -> None:
         counter = self.synth("i")
         self.write(counter, self.cur, start)
         head = self.new_block(st)
@@ -511,7 +608,7 @@ class Lowerer:
         self.branch(c, body, exit)
         self.seal(body)
         self.cur = body
-        self.write(st.target.id, body, self.read(counter, body))
+        bind(self.read(counter, body), body)
         self.loops.append(_Loop(latch, exit))
         self.stmts(st.body)
         self.loops.pop()
@@ -601,7 +698,8 @@ class Lowerer:
             v = self.read(name, self.cur)
             return v
         value = self.lookup_global(node)
-        if isinstance(value, (int, float, bool, complex)) or value is None:
+        if isinstance(value, (int, float, bool, complex, np.ndarray)) or value is None:
+            # globals are frozen at compile time (as numba does) and never differentiated
             return Const(value)
         raise self.unsupported(node, f"global {name!r} of type {type(value).__name__} "
                                      "cannot be used as a value here",
@@ -639,7 +737,10 @@ class Lowerer:
     def expr_Attribute(self, node, hint) -> Operand:
         value = self.static_value(node)
         if value is None:
-            raise self.unsupported(node, f"attribute access '.{node.attr}' on a local value is not supported")
+            if node.attr in _ATTRS:
+                return self.emit(Attr(node.attr), [self.expr(node.value)], node, hint)
+            raise self.unsupported(node, f"attribute '.{node.attr}' of a local value is not supported",
+                                   f"supported array attributes: {', '.join(_ATTRS)}")
         if isinstance(value, (int, float, bool, complex)):
             return Const(value)
         raise self.unsupported(node, f"attribute {node.attr!r} of type {type(value).__name__} "
@@ -721,13 +822,43 @@ class Lowerer:
         return self.read(name, join)
 
     def expr_Tuple(self, node, hint) -> Operand:
-        raise self.unsupported(node, "tuples are only supported in 'a, b = x, y' assignments")
+        return self.emit(MakeTuple(), [self.expr(e) for e in node.elts], node, hint)
+
+    def expr_Subscript(self, node, hint) -> Operand:
+        base = self.expr(node.value)
+        spec, ops = self.index(node.slice)
+        return self.emit(GetItem(spec), [base] + ops, node, hint)
 
     def expr_Call(self, node, hint) -> Operand:
         fn = self.static_value(node.func)
+        if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr in _METHODS:
+            # a method of an array: a.sum(axis=0) -> np.sum(a, axis=0)
+            meth = _METHODS[node.func.attr]
+            base = self.expr(node.func.value)
+            args = [self.expr(a) for a in node.args]
+            kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            if meth is np.reshape and len(args) != 1:
+                args = [self.emit(MakeTuple(), args, node)]
+            elif meth is np.transpose and args:
+                raise self.unsupported(node, "transpose() with axes is not supported", "use a.T")
+            return self.emit(meth, [base] + args, node, hint, kwargs)
         if fn is None:
             raise self.unsupported(node.func, "calling a local value is not supported",
                                    "call module-level functions")
+        if fn is np.array or fn is np.asarray:
+            if len(node.args) != 1 or node.keywords or not isinstance(node.args[0], (gast.List, gast.Tuple)):
+                raise self.unsupported(node, "np.array() is supported on a literal list of numbers",
+                                       "np.array([x, y, z])")
+            return self.emit(ArrayOf(), [self.expr(e) for e in node.args[0].elts], node, hint)
+        if fn in (np.concatenate, np.stack, np.vstack, np.hstack):
+            if not node.args or not isinstance(node.args[0], (gast.List, gast.Tuple)):
+                raise self.unsupported(node, f"np.{fn.__name__}() is supported on a literal tuple of arrays",
+                                       f"np.{fn.__name__}((a, b))")
+            parts = [self.expr(e) for e in node.args[0].elts]
+            kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            if len(node.args) == 2:
+                kwargs["axis"] = self.expr(node.args[1])
+            return self.emit(Stacked(fn), parts, node, hint, kwargs)
         for a in node.args:
             if isinstance(a, gast.Starred):
                 raise self.unsupported(a, "'*' unpacking in calls is not supported")
@@ -740,7 +871,7 @@ class Lowerer:
             for a in args[1:]:
                 acc = self.emit(fn, [acc, a], node, hint)
             return acc
-        if fn in (builtins.range, builtins.print, builtins.len):
+        if fn in (builtins.range, builtins.print):
             raise self.unsupported(node, f"{fn.__name__}() is not supported here")
         return self.emit(fn, args, node, hint, kwargs)
 

@@ -14,6 +14,10 @@ _PREFIX = {"operator.neg": "-", "operator.pos": "+", "operator.not_": "!"}
 
 
 def format_call(call: Call) -> str:
+    from .prims import InPlace
+    if isinstance(call.fn, InPlace) and len(call.args) == 2:
+        # in place on arrays, the plain operation on numbers (decided once types are known)
+        return f"{call.args[0]} {InPlace.SYMBOL.get(call.fn.op, '?=')} {call.args[1]}"
     name = callee_name(call.fn)
     args = [str(a) for a in call.args]
     if name in _INFIX and len(args) == 2 and not call.kwargs:

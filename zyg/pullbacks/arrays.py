@@ -1,0 +1,605 @@
+"""Array support of the emitter: shadow memory, rewinding writes, numpy rules.
+
+The model (``docs/arrays.md``, DESIGN 3.5):
+
+* every active array value has a *shadow* of its shape.  A root array (an
+  argument, the result of a numpy call, a block parameter) owns a shadow buffer
+  ``d<name>``, allocated in the primal; a view (slice, ``.T``, reshape, in-place
+  result) has as shadow the same view of its base's shadow, recomputed wherever
+  it is needed;
+* a write ``a[idx] = v`` records the old contents of ``a[idx]`` (on the tape in
+  loops) and the adjoint *rewinds* it: ``dv += da[idx]; da[idx] = 0;
+  a[idx] = old``.  Every array is therefore, at each point of the backward pass,
+  exactly as the primal saw it there: pullbacks read arrays in place, and a
+  finished gradient leaves the caller's arrays unchanged;
+* arrays that are never written (functional values such as ``np.tanh(z)``) are
+  pushed (copied) when a pullback in a loop needs the value of an earlier
+  iteration; their shadows are accumulators, like scalar cotangents;
+* an array created in a loop keeps one shadow buffer per creation site (zeroed
+  when the reverse pass consumes it); if it is also written, the allocation
+  records the previous iteration's contents so the reverse pass can restore them.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import numpy as np
+
+from ..errors import NoAdjoint, UnsupportedSyntax
+from ..rules import arrays as arules
+from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, is_array, is_tuple,
+                            tuple_elts)
+from ..ssa.emit import INFIX, PREFIX, ZERO, Code, var_name
+from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
+from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, SetItem, Stacked, index_src
+from .tape import KIND_STACK
+
+_STACK_OF_DTYPE = {"f": "f", "c": "c", "i": "i", "u": "i", "b": "i"}
+
+
+def stack_of_array(kind: str) -> str:
+    return _STACK_OF_DTYPE[kind[0]]
+
+
+def zero_of(kind: str) -> str:
+    if is_array(kind):
+        nd = array_ndim(kind)
+        return f"np.zeros(({'0, ' * nd}), np.{array_dtype(kind)})"
+    if is_tuple(kind):
+        return "(" + "".join(zero_of(k) + ", " for k in tuple_elts(kind)) + ")"
+    return ZERO.get(kind, "0.0")
+
+
+class ArrayMixin:
+    """Methods of :class:`~zyg.pullbacks.transform.Emitter` for arrays."""
+
+    # -- classification ----------------------------------------------------------------
+    def is_arr(self, v) -> bool:
+        return isinstance(v, Var) and is_array(self.kind(v))
+
+    def is_array_stmt(self, st: Stmt) -> bool:
+        e = st.expr
+        if isinstance(e.fn, Prim):
+            return True
+        if st.var is not None and (is_array(self.kind(st.var)) or is_tuple(self.kind(st.var))):
+            return True
+        return any(isinstance(a, Var) and (is_array(self.kind(a)) or is_tuple(self.kind(a)))
+                   for a in e.operands())
+
+    def is_view(self, v) -> bool:
+        return isinstance(v, Var) and v.id in self.al.view_of
+
+    def mutable(self, v) -> bool:
+        return isinstance(v, Var) and self.al.is_mutated(v.id)
+
+    def arr_active(self, v) -> bool:
+        return self.is_arr(v) and v.id in self.p.active
+
+    def err(self, st: Stmt, msg: str, hint: Optional[str] = None, cls=NoAdjoint):
+        loc = st.loc
+        return cls(msg, loc.filename if loc else None, loc.lineno if loc else None,
+                   loc.col if loc else None, hint=hint)
+
+    # -- preparation -------------------------------------------------------------------
+    def prepare_arrays(self) -> None:
+        """Find array statements, their rules and what the tape must hold for them."""
+        self.astmts: Dict[int, dict] = {}
+        self.stmt_pushes: Dict[int, List[Tuple[str, str, int]]] = {}   # block -> [(name, kind, stmt id)]
+        self.arr_pushes: Dict[int, List[Tuple[str, str]]] = {}         # block -> [(name, kind)] at block end
+        self.shadow_roots: Dict[int, Var] = {}                          # var id -> root var with a buffer
+        self.arr_vars: Dict[int, Var] = {}
+        for blk in self.fn.iter_blocks():
+            for p in blk.params:
+                if self.is_arr(p):
+                    self.arr_vars[p.id] = p
+            for st in blk.stmts:
+                if st.var is not None and self.is_arr(st.var):
+                    self.arr_vars[st.var.id] = st.var
+        # roots that own a shadow buffer
+        for vid, v in self.arr_vars.items():
+            if vid in self.p.active and vid not in self.al.view_of:
+                self.shadow_roots[vid] = v
+        self.check_params()
+        for blk in self.fn.iter_blocks():
+            self.stmt_pushes[blk.id] = []
+            self.arr_pushes[blk.id] = []
+            for st in blk.stmts:
+                if self.is_array_stmt(st):
+                    self.prepare_array_stmt(blk, st)
+        for blk in self.fn.iter_blocks():
+            for item in self.stmt_pushes[blk.id] + self.arr_pushes[blk.id]:
+                k = item[1]
+                if is_array(k):
+                    self.stack_used.add(stack_of_array(k))
+                    self.stack_used.add("i")
+                else:
+                    self.stack_used.add(KIND_STACK.get(k, "f"))
+
+    def check_params(self) -> None:
+        """Array block parameters: written ones carry their buffer (and shadow) as pointers,
+        which must come from arrays created outside loops."""
+        for blk in self.fn.iter_blocks():
+            for k, p in enumerate(blk.params):
+                if not self.is_arr(p) or not self.mutable(p):
+                    continue
+                for q in self.p.preds[blk.id]:
+                    a = self.edge_args(q, blk.id)[k]
+                    bad = None
+                    if not isinstance(a, Var):
+                        bad = "a constant"
+                    elif self.is_view(a):
+                        bad = "a view (slice)"
+                    elif a.id in self.p.defblock and self.in_loop(self.p.defblock[a.id]) and \
+                            not any(a.id == pp.id for b2 in self.fn.iter_blocks() for pp in b2.params):
+                        bad = "an array created inside a loop"
+                    if bad:
+                        loc = blk.loc
+                        raise UnsupportedSyntax(
+                            f"an array that is written in place is reassigned from {bad} in a loop or "
+                            f"branch; zyg cannot rewind that",
+                            loc.filename if loc else None, loc.lineno if loc else None, None,
+                            hint="allocate the arrays before the loop and copy into them (buf[:] = new) "
+                                 "or swap two preallocated arrays")
+
+    def rule_needs(self, st: Stmt, rule, targets: List[int]) -> Set[str]:
+        """Placeholders ('x0', 'y', ...) the rule's backward code reads for ``targets``."""
+        ops = list(st.expr.args)
+        x = [f"\x00x{k}\x00" for k in range(len(ops))]
+        c = self.make_ctx(st, x, "\x00y\x00", "\x00dy\x00")
+        used: Set[str] = set()
+        for i in targets:
+            try:
+                text = rule.back(c, i)
+            except arules._RuleError as e:
+                raise self.err(st, f"{callee_name(st.expr.fn)}: {e}")
+            if text is None:
+                continue
+            for k in range(len(ops)):
+                if x[k] in text:
+                    used.add(f"x{k}")
+            if "\x00y\x00" in text:
+                used.add("y")
+        return used
+
+    def make_ctx(self, st: Stmt, x: List[str], y: str, dy: str) -> arules.Ctx:
+        e = st.expr
+        kinds = [self.kind(a) for a in e.args]
+        consts = [a.value if isinstance(a, Const) and not isinstance(a, Undef) else arules._NOCONST
+                  for a in e.args]
+        kwc = {k: v.value for k, v in e.kwargs.items() if isinstance(v, Const)}
+        return arules.Ctx(x, y, dy, kinds, consts, list(e.kwargs), {k: self.src(v) for k, v in e.kwargs.items()},
+                          {k: self.kind(v) for k, v in e.kwargs.items()}, kwc)
+
+    def prepare_array_stmt(self, blk, st: Stmt) -> None:
+        e = st.expr
+        fn = e.fn
+        info: dict = {"kind": "plain"}
+        self.astmts[id(st)] = info
+        needed: List[Any] = []     # operands whose values the adjoint reads
+        in_loop = self.in_loop(blk.id)
+        if isinstance(fn, SetItem):
+            base = e.args[0]
+            if not self.is_arr(base):
+                raise self.err(st, "item assignment is supported on arrays only", cls=UnsupportedSyntax)
+            info["kind"] = "setitem"
+            old_kind = self.getitem_kind(base, fn.spec)
+            info["old"] = f"_o{self.new_tmp()}"
+            info["old_kind"] = old_kind
+            if in_loop:
+                self.stmt_pushes[blk.id].append((info["old"], old_kind, id(st)))
+            needed += [a for a in e.args[1:-1]]
+            needed.append(base)
+            return self.finish_needed(blk, st, needed)
+        if isinstance(fn, InPlace) and self.is_arr(e.args[0]):
+            info["kind"] = "inplace"
+            if fn.op not in (__import__("operator").add, __import__("operator").sub,
+                             __import__("operator").mul, __import__("operator").truediv):
+                raise self.err(st, f"in-place '{InPlace.SYMBOL.get(fn.op)}' on arrays is not supported",
+                               cls=UnsupportedSyntax)
+            base = e.args[0]
+            info["old"] = f"_o{self.new_tmp()}"
+            info["old_kind"] = self.kind(base)
+            if in_loop:
+                self.stmt_pushes[blk.id].append((info["old"], self.kind(base), id(st)))
+            needed += [base, e.args[1]]
+            return self.finish_needed(blk, st, needed)
+        if st.var is None or st.var.id not in self.p.active:
+            # inactive: but an array created in a loop and written later must be restorable
+            self.prepare_loop_alloc(blk, st, info)
+            return
+        active_ops = [i for i, a in enumerate(e.args) if isinstance(a, Var) and a.id in self.p.active]
+        if any(is_tuple(self.kind(v)) for v in [st.var] + [e.args[i] for i in active_ops]):
+            raise self.err(st, f"{callee_name(fn)}: tuples of differentiated values are not supported yet",
+                           hint="unpack the values into separate variables")
+        if any(isinstance(v, Var) and v.id in self.p.active for v in e.kwargs.values()):
+            raise self.err(st, f"keyword arguments of {callee_name(fn)} must not depend on the inputs")
+        if self.is_view(st.var):
+            info["kind"] = "view"      # no adjoint: the shadow is a view of the base's shadow
+            return
+        if not active_ops and not (isinstance(fn, GetItem) and e.args and isinstance(e.args[0], Var)
+                                   and e.args[0].id in self.p.active):
+            # a fresh array that becomes active through writes (np.zeros(n) filled in a loop)
+            info["kind"] = "source"
+            self.prepare_loop_alloc(blk, st, info)
+            return
+        if isinstance(fn, GetItem):
+            info["kind"] = "read"
+            needed += list(e.args[1:])
+            return self.finish_needed(blk, st, needed)
+        if isinstance(fn, (Attr, MakeTuple)):
+            raise self.err(st, f"{callee_name(fn)} of a differentiated value is not supported")
+        rule = arules.rule_for(fn)
+        if rule is None:
+            raise self.err(st, f"no array rule for {callee_name(fn)}, which this differentiated function "
+                               "calls with array arguments",
+                           hint=f"write the loop explicitly, or a rule with @zyg.adjoint({callee_name(fn)})")
+        for k in e.kwargs:
+            if k not in rule.kw_ok:
+                raise self.err(st, f"keyword argument {k}= of {callee_name(fn)} is not supported "
+                                   "in differentiated code")
+        info["kind"] = "rule"
+        info["rule"] = rule
+        info["targets"] = active_ops
+        used = self.rule_needs(st, rule, active_ops)
+        for u in used:
+            if u == "y":
+                needed.append(st.var)
+            else:
+                needed.append(e.args[int(u[1:])])
+        self.prepare_loop_alloc(blk, st, info)
+        self.finish_needed(blk, st, needed)
+
+    def prepare_loop_alloc(self, blk, st: Stmt, info: dict) -> None:
+        v = st.var
+        if v is None or not self.is_arr(v) or self.is_view(v) or not self.mutable(v):
+            return
+        if self.in_loop(blk.id):
+            info["restore"] = f"_o{self.new_tmp()}"
+            self.stmt_pushes[blk.id].insert(0, (info["restore"], self.kind(v), -id(st)))
+            info["restore_first"] = True
+
+    def new_tmp(self) -> int:
+        self._ntmp = getattr(self, "_ntmp", 0) + 1
+        return self._ntmp
+
+    def getitem_kind(self, base: Var, spec) -> str:
+        from ..ssa.analysis import array_kind
+        k = self.kind(base)
+        nd = array_ndim(k) - spec.count("i") + spec.count("n")
+        return elem_kind(k) if nd == 0 else array_kind(array_dtype(k), nd)
+
+    def finish_needed(self, blk, st: Stmt, needed: List[Any]) -> None:
+        """Record pushes for values the adjoint reads in ``blk`` (scalars, functional arrays)."""
+        for a in needed:
+            self.need_value(blk, a)
+
+    def need_value(self, blk, a) -> None:
+        if not isinstance(a, Var) or a.id in self.recompute:
+            return
+        if self.is_view(a):
+            st = self.al.view_of[a.id]
+            for q in st.expr.args:
+                self.need_value(blk, q)
+            return
+        if a.id not in self.p.defblock or not self.needs_push(blk.id, self.p.defblock[a.id]):
+            return
+        if self.is_arr(a):
+            if self.mutable(a):
+                return          # written arrays are rewound: read in place
+            lst = self.arr_pushes[blk.id]
+            if (var_name(a), self.kind(a)) not in lst:
+                lst.append((var_name(a), self.kind(a)))
+            return
+        item = (var_name(a), self.kind(a))
+        if item not in self.pushes[blk.id]:
+            self.pushes[blk.id].append(item)
+            self.stack_used.add(KIND_STACK.get(self.kind(a), "f"))
+
+    # -- values and shadows in the adjoint --------------------------------------------------
+    def view_src(self, st: Stmt, base: str, ops: List[str]) -> str:
+        """Apply the view-producing statement ``st`` to ``base`` (value or shadow)."""
+        fn = st.expr.fn
+        if isinstance(fn, GetItem):
+            return f"{base}[{index_src(fn.spec, ops)}]"
+        if isinstance(fn, Attr):
+            return f"{base}.{fn.attr}"
+        if isinstance(fn, InPlace):
+            return base
+        if fn is np.reshape:
+            return f"np.reshape({base}, {ops[0]})"
+        if fn is np.transpose:
+            return f"{base}.T"
+        raise AssertionError(fn)
+
+    def arr_value(self, a, local: Dict[str, str]) -> str:
+        """Value of array ``a`` as the primal saw it at this point of the adjoint."""
+        if self.is_view(a):
+            st = self.al.view_of[a.id]
+            base = self.arr_value(st.expr.args[0], local)
+            return self.view_src(st, base, [self.value_ref(q, local) for q in st.expr.args[1:]])
+        n = var_name(a)
+        if n in local:
+            return local[n]
+        self.adj_uses.add(n)
+        return n
+
+    def shadow(self, a, local: Dict[str, str]) -> str:
+        """The shadow of array ``a`` in the adjoint (a view of its base's shadow for views)."""
+        if self.is_view(a):
+            st = self.al.view_of[a.id]
+            base = self.shadow(st.expr.args[0], local)
+            return self.view_src(st, base, [self.value_ref(q, local) for q in st.expr.args[1:]])
+        n = self.dname(a)
+        self.adj_uses.add(n)
+        return n
+
+    def shadow_primal(self, a) -> str:
+        if self.is_view(a):
+            st = self.al.view_of[a.id]
+            base = self.shadow_primal(st.expr.args[0])
+            return self.view_src(st, base, [self.src(q) for q in st.expr.args[1:]])
+        return self.dname(a)
+
+    def accumulate(self, target, expr: str, ne: int, local: Dict[str, str], ind: int,
+                   code: Code, loc=None) -> None:
+        """Add ``expr`` (of ndim ``ne``; it may be larger than the target when the
+        forward broadcast the target) into the cotangent of operand ``target``."""
+        if not isinstance(target, Var) or target.id not in self.p.active:
+            return
+        if self.is_arr(target):
+            sh = self.shadow(target, local)
+            nt = array_ndim(self.kind(target))
+            if ne >= nt and ne > 0:
+                code.add(ind, f"_zyg_acc_{nt}_{ne}({sh}, {expr})", loc)
+            else:
+                code.add(ind, f"{sh} += {expr}", loc)
+        else:
+            d = self.dname(target)
+            code.add(ind, f"{d} += np.sum({expr})" if ne > 0 else f"{d} += {expr}", loc)
+
+    def nd_of(self, v) -> int:
+        return array_ndim(self.kind(v)) if self.is_arr(v) else 0
+
+    # -- primal ------------------------------------------------------------------------------
+    def primal_array_stmt(self, blk, st: Stmt, ind: int, code: Code, record: bool) -> None:
+        e = st.expr
+        fn = e.fn
+        info = self.astmts[id(st)]
+        args = [self.src(a) for a in e.args]
+        lhs = var_name(st.var) + " = " if st.var is not None else ""
+        loop = self.in_loop(blk.id)
+        if "restore" in info and record:
+            # the previous iteration's contents of an array that is allocated again
+            self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
+        if isinstance(fn, SetItem):
+            idx = index_src(fn.spec, args[1:-1])
+            target = f"{args[0]}[{idx}]"
+            if record:
+                if is_array(info["old_kind"]):
+                    if loop:
+                        self.push_now(info["old"], target, info["old_kind"], ind, code)
+                    else:
+                        code.add(ind, f"{info['old']} = {target}.copy()", st.loc)
+                else:
+                    code.add(ind, f"{info['old']} = {target}", st.loc)
+                    if loop:
+                        self.push_now(info["old"], info["old"], info["old_kind"], ind, code)
+            code.add(ind, f"{target} = {args[-1]}", st.loc)
+            return
+        if isinstance(fn, InPlace) and info["kind"] == "inplace":
+            if record:
+                if loop:
+                    self.push_now(info["old"], args[0], self.kind(e.args[0]), ind, code)
+                else:
+                    code.add(ind, f"{info['old']} = {args[0]}.copy()", st.loc)
+            code.add(ind, f"{args[0]} {InPlace.SYMBOL[fn.op]} {args[1]}", st.loc)
+            code.add(ind, f"{lhs}{args[0]}", st.loc)
+            return
+        if isinstance(fn, InPlace):
+            fn = fn.op
+        if isinstance(fn, GetItem):
+            code.add(ind, f"{lhs}{args[0]}[{index_src(fn.spec, args[1:])}]", st.loc)
+        elif isinstance(fn, Attr):
+            code.add(ind, f"{lhs}{args[0]}.{fn.attr}", st.loc)
+        elif isinstance(fn, MakeTuple):
+            code.add(ind, f"{lhs}({''.join(a + ', ' for a in args)})", st.loc)
+        elif isinstance(fn, ArrayOf):
+            code.add(ind, f"{lhs}np.array([{', '.join(args)}])", st.loc)
+        elif isinstance(fn, Stacked):
+            kw = "".join(f", {k}={self.src(v)}" for k, v in e.kwargs.items())
+            code.add(ind, f"{lhs}np.{fn.fn.__name__}(({''.join(a + ', ' for a in args)}){kw})", st.loc)
+        elif fn in INFIX and len(args) == 2 and not e.kwargs:
+            code.add(ind, f"{lhs}{args[0]} {INFIX[fn]} {args[1]}", st.loc)
+        elif fn in PREFIX and len(args) == 1 and not e.kwargs:
+            code.add(ind, f"{lhs}{PREFIX[fn]}{args[0]}", st.loc)
+        else:
+            f = self.ns.ref(fn)
+            args += [f"{k}={self.src(v)}" for k, v in e.kwargs.items()]
+            code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
+        if record and st.var is not None and st.var.id in self.shadow_roots:
+            self.alloc_shadow(st.var, ind, code, loop)
+
+    def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool) -> None:
+        n, d = var_name(v), self.dname(v)
+        if loop:
+            code.add(ind, f"{d} = _zyg_shadow_like({d}, {n})")
+        else:
+            code.add(ind, f"{d} = np.zeros({n}.shape, {n}.dtype)")
+
+    def push_now(self, name: str, value: str, kind: str, ind: int, code: Code) -> None:
+        """Push ``value`` right now (a statement's record); ``name`` is its adjoint name."""
+        if is_array(kind):
+            s = stack_of_array(kind)
+            code.add(ind, f"_{s}s = _zyg_push_array(_{s}s, _{s}sp, {value})")
+            code.add(ind, f"_{s}sp += {value}.size")
+            code.add(ind, f"_{s}cap = _{s}s.shape[0]")
+            nd = array_ndim(kind)
+            for k in range(nd):
+                code.add(ind, f"_is[_isp + {k}] = {value}.shape[{k}]")
+            code.add(ind, f"_isp += {nd}")
+        else:
+            s = KIND_STACK.get(kind, "f")
+            code.add(ind, f"_{s}s[_{s}sp] = {value}")
+            code.add(ind, f"_{s}sp += 1")
+
+    def pop_now(self, local_name: str, kind: str, ind: int, code: Code) -> None:
+        if is_array(kind):
+            s = stack_of_array(kind)
+            nd = array_ndim(kind)
+            code.add(ind, f"_isp -= {nd}")
+            shape = "(" + "".join(f"_is[_isp + {k}], " for k in range(nd)) + ")" if nd > 1 else None
+            code.add(ind, "_sz = " + " * ".join(f"_is[_isp + {k}]" for k in range(nd)))
+            code.add(ind, f"_{s}sp -= _sz")
+            view = f"_{s}s[_{s}sp:_{s}sp + _sz]"
+            if shape is not None:
+                view = f"{view}.reshape({shape})"
+            dt = array_dtype(kind)
+            if kind[0] == "b":
+                view = f"({view} != 0)"
+            elif dt not in ("float64", "int64", "complex128"):
+                view = f"{view}.astype(np.{dt})"
+            code.add(ind, f"{local_name} = {view}")
+        else:
+            s = KIND_STACK.get(kind, "f")
+            code.add(ind, f"_{s}sp -= 1")
+            code.add(ind, f"{local_name} = _{s}s[_{s}sp]")
+
+    def array_block_demand(self, blk) -> Dict[str, int]:
+        need: Dict[str, int] = {}
+        items = [(k,) for _, k, _ in self.stmt_pushes.get(blk.id, [])] + \
+                [(k,) for _, k in self.arr_pushes.get(blk.id, [])]
+        for (k,) in items:
+            if is_array(k):
+                nd = array_ndim(k)
+                need["i"] = need.get("i", 0) + nd
+            else:
+                s = KIND_STACK.get(k, "f")
+                need[s] = need.get(s, 0) + 1
+        return need
+
+    def push_block_arrays(self, blk, ind: int, code: Code) -> None:
+        for name, k in self.arr_pushes.get(blk.id, []):
+            self.push_now(name, name, k, ind, code)
+
+    # -- adjoint ------------------------------------------------------------------------------
+    def pop_block_arrays(self, blk, local: Dict[str, str], ind: int, code: Code) -> None:
+        for name, k in reversed(self.arr_pushes.get(blk.id, [])):
+            local[name] = f"{name}_b{blk.id}"
+            self.pop_now(local[name], k, ind, code)
+
+    def pop_stmt_records(self, blk, local: Dict[str, str], ind: int, code: Code) -> None:
+        for name, k, _ in reversed(self.stmt_pushes.get(blk.id, [])):
+            local[name] = name
+            self.pop_now(name, k, ind, code)
+
+    def adjoint_array_stmt(self, blk, st: Stmt, local: Dict[str, str], ind: int, code: Code) -> None:
+        e = st.expr
+        fn = e.fn
+        info = self.astmts[id(st)]
+        kind = info["kind"]
+        loop = self.in_loop(blk.id)
+        if kind == "setitem":
+            base = e.args[0]
+            idx = index_src(fn.spec, [self.value_ref(q, local) for q in e.args[1:-1]])
+            val = e.args[-1]
+            if base.id in self.p.active:
+                sh = f"{self.shadow(base, local)}[{idx}]"
+                if is_array(info["old_kind"]):
+                    code.add(ind, f"_g = {sh}.copy()", st.loc)
+                    code.add(ind, f"{sh} = 0", st.loc)
+                    self.accumulate(val, "_g", array_ndim(info["old_kind"]), local, ind, code, st.loc)
+                else:
+                    code.add(ind, f"_g = {sh}", st.loc)
+                    code.add(ind, f"{sh} = 0", st.loc)
+                    if isinstance(val, Var) and val.id in self.p.active:
+                        code.add(ind, f"{self.dname(val)} += _g", st.loc)
+            old = local.get(info["old"], info["old"])
+            if old == info["old"] and not loop:
+                self.adj_uses.add(old)
+            code.add(ind, f"{self.arr_value(base, local)}[{idx}] = {old}", st.loc)
+            return
+        if kind == "inplace":
+            a, b = e.args
+            old = local.get(info["old"], info["old"])
+            if old == info["old"] and not loop:
+                self.adj_uses.add(old)
+            if a.id in self.p.active:
+                g = self.shadow(a, local)
+                op = fn.op
+                import operator as _o
+                bv = self.value_ref(b, local) if not self.is_arr(b) else self.arr_value(b, local)
+                na = self.nd_of(a)
+                if op is _o.add:
+                    self.accumulate(b, g, na, local, ind, code, st.loc)
+                elif op is _o.sub:
+                    self.accumulate(b, f"-{g}", na, local, ind, code, st.loc)
+                elif op is _o.mul:
+                    self.accumulate(b, f"{g} * {old}", na, local, ind, code, st.loc)
+                    code.add(ind, f"{g} *= {bv}", st.loc)
+                else:
+                    self.accumulate(b, f"-{g} * {old} / ({bv} * {bv})", na, local, ind, code, st.loc)
+                    code.add(ind, f"{g} /= {bv}", st.loc)
+            code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
+            return
+        if kind in ("plain", "view", "source"):
+            if kind == "source":
+                self.consume(st.var, loop, ind, code)
+            self.restore_alloc(st, info, local, ind, code)
+            return
+        if kind == "read":
+            base = e.args[0]
+            idx = index_src(fn.spec, [self.value_ref(q, local) for q in e.args[1:]])
+            dy = self.cot(st.var, local)
+            if base.id in self.p.active:
+                code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
+            self.consume(st.var, loop, ind, code)
+            self.restore_alloc(st, info, local, ind, code)
+            return
+        if kind == "rule":
+            rule = info["rule"]
+            x = [self.operand_value(a, local) for a in e.args]
+            y = self.operand_value(st.var, local) if st.var is not None else "None"
+            dy = self.cot(st.var, local)
+            c = self.make_ctx(st, x, y, dy)
+            for i in info["targets"]:
+                text = rule.back(c, i)
+                if text is None:
+                    continue
+                a = e.args[i]
+                # an elementwise contribution has the result's shape and may be larger than a
+                # broadcast operand; other rules give contributions that fit the operand
+                ne = self.nd_of(st.var) if rule.broadcast else -1
+                if not self.is_arr(a) and self.is_arr(st.var):
+                    ne = self.nd_of(st.var)     # a scalar operand of an array result: sum
+                self.accumulate(a, text, ne, local, ind, code, st.loc)
+            self.consume(st.var, loop, ind, code)
+        self.restore_alloc(st, info, local, ind, code)
+
+    def restore_alloc(self, st: Stmt, info: dict, local: Dict[str, str], ind: int, code: Code) -> None:
+        """Reverse of an allocation in a loop: the buffer gets the previous iteration's contents."""
+        if "restore" in info:
+            r = local.get(info["restore"], info["restore"])
+            v = var_name(st.var)
+            code.add(ind, f"if {r}.size == {v}.size:")
+            code.add(ind + 1, f"{v}[...] = {r}.reshape({v}.shape)" if array_ndim(self.kind(st.var)) > 1
+                     else f"{v}[...] = {r}")
+
+    def operand_value(self, a, local: Dict[str, str]) -> str:
+        if isinstance(a, Var) and self.is_arr(a):
+            return self.arr_value(a, local)
+        return self.value_ref(a, local)
+
+    def cot(self, v, local: Dict[str, str]) -> str:
+        if self.is_arr(v):
+            return self.shadow(v, local)
+        return self.dname(v)
+
+    def consume(self, v, loop: bool, ind: int, code: Code) -> None:
+        """After the reverse of ``v``'s definition: reset its cotangent for the previous iteration."""
+        if v is None or not loop:
+            return
+        if self.is_arr(v):
+            if v.id in self.shadow_roots:
+                code.add(ind, f"{self.dname(v)}[...] = 0")
+        else:
+            code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")

@@ -1,0 +1,415 @@
+"""Reverse rules of numpy functions on arrays (and of operators with array operands).
+
+A rule is a function ``back(c, i)`` returning the source of the cotangent
+contribution to operand ``i`` (or None when there is none), written in terms of
+the context ``c``: ``c.x[k]`` the operands' values, ``c.y`` the result,
+``c.dy`` the result's cotangent, ``c.kinds[k]`` their kinds, ``c.const(k)`` /
+``c.kwconst(name)`` constant operands.  The emitter adds the contribution into the
+operand's shadow (reducing over broadcast axes) or into its scalar cotangent
+(summing).  Which values a rule reads is found by rendering it with placeholders,
+so the tape records exactly those.
+
+Elementwise derivatives come from the same table as the scalar rules
+(``scalar.UNARY`` / ``scalar.BINARY``), with array-safe forms (``np.where``) where the
+scalar form branches.
+"""
+from __future__ import annotations
+
+import builtins
+import operator
+import re
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from ..ssa.analysis import array_ndim, is_array
+from ..ssa.prims import ArrayOf, Stacked
+from . import scalar
+
+_NOCONST = object()
+
+
+class Ctx:
+    def __init__(self, x: List[str], y: str, dy: str, kinds: List[str], consts: List[Any],
+                 kwnames: List[str], kwx: Dict[str, str], kwkinds: Dict[str, str], kwconsts: Dict[str, Any]):
+        self.x, self.y, self.dy, self.kinds, self.consts = x, y, dy, kinds, consts
+        self.kwnames, self.kwx, self.kwkinds, self.kwconsts = kwnames, kwx, kwkinds, kwconsts
+
+    def nd(self, k: int) -> int:
+        return array_ndim(self.kinds[k]) if is_array(self.kinds[k]) else 0
+
+    def const(self, k: int, default: Any = _NOCONST) -> Any:
+        if k < len(self.consts):
+            return self.consts[k]
+        return default
+
+    def kwconst(self, name: str, default: Any = None) -> Any:
+        return self.kwconsts.get(name, default)
+
+
+class ARule:
+    """``back(c, i)``; ``broadcast``: the contribution to an operand may be larger than
+    the operand (elementwise ops broadcast), so accumulation must reduce."""
+
+    def __init__(self, back: Callable[[Ctx, int], Optional[str]], broadcast: bool = False,
+                 kw_ok: tuple = ()):
+        self.back = back
+        self.broadcast = broadcast
+        self.kw_ok = kw_ok
+
+
+ARRAY_RULES: Dict[Any, ARule] = {}
+
+
+def _subst(expr: str, names: Dict[str, str]) -> str:
+    return re.sub(r"\b(" + "|".join(names) + r")\b", lambda m: "(" + names[m.group(1)] + ")", expr)
+
+
+# --- elementwise -------------------------------------------------------------------------
+_UNARY_ARRAY = {
+    "fabs": "np.where(x >= 0, 1.0, -1.0)", "absolute": "np.where(x >= 0, 1.0, -1.0)",
+    "sinc": "np.where(x != 0, (np.cos(np.pi * x) - y) / np.where(x != 0, x, 1.0), 0.0)",
+}
+_TIE_MAX = ("np.where(a > b, 1.0, np.where(a == b, 0.5, 0.0))",
+            "np.where(b > a, 1.0, np.where(a == b, 0.5, 0.0))")
+_TIE_MIN = ("np.where(a < b, 1.0, np.where(a == b, 0.5, 0.0))",
+            "np.where(b < a, 1.0, np.where(a == b, 0.5, 0.0))")
+_POW = ("b * a ** (b - 1)", "np.where(a > 0, y * np.log(np.where(a > 0, a, 1.0)), 0.0)")
+_BINARY_ARRAY = {
+    "power": _POW, "maximum": _TIE_MAX, "fmax": _TIE_MAX, "minimum": _TIE_MIN, "fmin": _TIE_MIN,
+    "copysign": ("np.where((a >= 0) == (b >= 0), 1.0, -1.0)", None),
+    "fmod": ("1.0", "-np.trunc(a / b)"),
+}
+
+
+def _unary(deriv: str) -> ARule:
+    def back(c: Ctx, i: int) -> str:
+        return f"{c.dy} * {_subst(deriv, {'x': c.x[0], 'y': c.y})}"
+    return ARule(back)
+
+
+def _binary(da: Optional[str], db: Optional[str]) -> ARule:
+    def back(c: Ctx, i: int) -> Optional[str]:
+        d = (da, db)[i]
+        if d is None:
+            return None
+        if d.strip() == "1.0":
+            return c.dy
+        if d.strip() == "-1.0":
+            return f"-{c.dy}"
+        return f"{c.dy} * {_subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})}"
+    return ARule(back, broadcast=True)
+
+
+for _name, _d in scalar.UNARY.items():
+    if hasattr(np, _name):
+        ARRAY_RULES[getattr(np, _name)] = _unary(_UNARY_ARRAY.get(_name, _d).replace("M.", "np."))
+for _name, (_da, _db) in scalar.BINARY.items():
+    if hasattr(np, _name):
+        _da, _db = _BINARY_ARRAY.get(_name, (_da, _db))
+        ARRAY_RULES[getattr(np, _name)] = _binary(
+            _da.replace("M.", "np."), None if _db is None else _db.replace("M.", "np."))
+
+for _op, _ab in [(operator.add, ("1.0", "1.0")), (np.add, ("1.0", "1.0")),
+                 (operator.sub, ("1.0", "-1.0")), (np.subtract, ("1.0", "-1.0")),
+                 (operator.mul, ("b", "a")), (np.multiply, ("b", "a")),
+                 (operator.truediv, ("1.0 / b", "-y / b")), (np.divide, ("1.0 / b", "-y / b")),
+                 (operator.pow, _POW), (operator.mod, ("1.0", "-np.floor(a / b)"))]:
+    ARRAY_RULES[_op] = _binary(*_ab)
+ARRAY_RULES[operator.neg] = ARule(lambda c, i: f"-{c.dy}")
+ARRAY_RULES[operator.pos] = ARule(lambda c, i: c.dy)
+ARRAY_RULES[builtins.abs] = _unary("np.where(x >= 0, 1.0, -1.0)")
+ARRAY_RULES[np.copy] = ARule(lambda c, i: c.dy)
+ARRAY_RULES[np.ravel] = ARule(lambda c, i: f"np.reshape({c.dy}, {c.x[0]}.shape)")
+
+
+# --- reductions ----------------------------------------------------------------------------
+def _axis(c: Ctx, pos: int = 1) -> Optional[int]:
+    """The constant ``axis`` (positional ``pos`` or keyword), normalised; None for all axes."""
+    ax = c.const(pos, None) if len(c.x) > pos else c.kwconst("axis", None)
+    if ax is _NOCONST or (len(c.x) > pos and c.const(pos) is _NOCONST) or \
+            ("axis" in c.kwnames and "axis" not in c.kwconsts):
+        raise _RuleError("the axis must be a constant")
+    if ax is None:
+        return None
+    return ax + c.nd(0) if ax < 0 else ax
+
+
+class _RuleError(Exception):
+    pass
+
+
+def _expand(c: Ctx, expr: str, ax: Optional[int]) -> str:
+    return expr if ax is None else f"np.expand_dims({expr}, {ax})"
+
+
+def _sum(c: Ctx, i: int) -> Optional[str]:
+    if i != 0:
+        return None
+    return _expand(c, c.dy, _axis(c))
+
+
+def _mean(c: Ctx, i: int) -> Optional[str]:
+    if i != 0:
+        return None
+    ax = _axis(c)
+    if ax is None:
+        return f"{c.dy} / {c.x[0]}.size"
+    return f"{_expand(c, c.dy, ax)} / {c.x[0]}.shape[{ax}]"
+
+
+def _prod(c: Ctx, i: int) -> Optional[str]:
+    if i != 0:
+        return None
+    ax = _axis(c)
+    if ax is None:
+        return f"{c.dy} * _zyg_prod_grad({c.x[0]})"
+    if c.nd(0) != 2:
+        raise _RuleError("np.prod with an axis is differentiable for 2-D arrays only")
+    return f"{_expand(c, c.dy, ax)} * _zyg_prod_grad_axis2({c.x[0]}, {ax})"
+
+
+def _maxmin(c: Ctx, i: int) -> Optional[str]:
+    if i != 0:
+        return None
+    ax = _axis(c)
+    x, y = c.x[0], c.y
+    if ax is None:
+        return f"{c.dy} * (({x} == {y}) / np.sum({x} == {y}))"
+    ye = f"np.expand_dims({y}, {ax})"
+    return (f"np.expand_dims({c.dy}, {ax}) * (({x} == {ye}) / "
+            f"np.expand_dims(np.sum({x} == {ye}, axis={ax}), {ax}))")
+
+
+for _f in (np.sum,):
+    ARRAY_RULES[_f] = ARule(_sum, kw_ok=("axis",))
+ARRAY_RULES[np.mean] = ARule(_mean, kw_ok=("axis",))
+ARRAY_RULES[np.prod] = ARule(_prod, kw_ok=("axis",))
+ARRAY_RULES[np.max] = ARule(_maxmin, kw_ok=("axis",))
+ARRAY_RULES[np.min] = ARule(_maxmin, kw_ok=("axis",))
+ARRAY_RULES[np.amax] = ARRAY_RULES[np.max]
+ARRAY_RULES[np.amin] = ARRAY_RULES[np.min]
+
+
+def _cumsum(c: Ctx, i: int) -> Optional[str]:
+    if i != 0:
+        return None
+    ax = _axis(c)
+    if ax is None:
+        rev = f"np.cumsum(np.ravel({c.dy})[::-1])[::-1]"
+        return rev if c.nd(0) == 1 else f"np.reshape({rev}, {c.x[0]}.shape)"
+    if c.nd(0) == 1:
+        return f"np.cumsum({c.dy}[::-1])[::-1]"
+    if c.nd(0) == 2:
+        sl = "[::-1, :]" if ax == 0 else "[:, ::-1]"
+        return f"np.cumsum({c.dy}{sl}, axis={ax}){sl}"
+    raise _RuleError("np.cumsum with an axis is differentiable for 1-D and 2-D arrays")
+
+
+ARRAY_RULES[np.cumsum] = ARule(_cumsum, kw_ok=("axis",))
+
+
+# --- linear algebra ------------------------------------------------------------------------
+def _dot(c: Ctx, i: int) -> Optional[str]:
+    na, nb = c.nd(0), c.nd(1)
+    a, b, dy = c.x[0], c.x[1], c.dy
+    if na == 0 or nb == 0:        # a scalar factor: elementwise product
+        return f"{dy} * {b}" if i == 0 else f"{dy} * {a}"
+    if (na, nb) == (1, 1):
+        return f"{dy} * {b}" if i == 0 else f"{dy} * {a}"
+    if (na, nb) == (2, 1):
+        return f"np.outer({dy}, {b})" if i == 0 else f"np.ascontiguousarray({a}.T) @ {dy}"
+    if (na, nb) == (1, 2):
+        return f"{b} @ {dy}" if i == 0 else f"np.outer({a}, {dy})"
+    if (na, nb) == (2, 2):
+        return (f"{dy} @ np.ascontiguousarray({b}.T)" if i == 0
+                else f"np.ascontiguousarray({a}.T) @ {dy}")
+    raise _RuleError("np.dot / @ are differentiable for 1-D and 2-D operands")
+
+
+ARRAY_RULES[np.dot] = ARule(_dot)
+ARRAY_RULES[operator.matmul] = ARule(_dot)
+ARRAY_RULES[np.matmul] = ARule(_dot)
+ARRAY_RULES[np.outer] = ARule(lambda c, i: f"{c.dy} @ {c.x[1]}" if i == 0 else f"{c.x[0]} @ {c.dy}")
+ARRAY_RULES[np.inner] = ARRAY_RULES[np.dot]
+
+
+def _norm(c: Ctx, i: int) -> Optional[str]:
+    if len(c.x) > 1 or c.kwnames:
+        raise _RuleError("np.linalg.norm is differentiable as the 2-norm (no ord/axis)")
+    return f"{c.dy} * {c.x[0]} / {c.y}"
+
+
+ARRAY_RULES[np.linalg.norm] = ARule(_norm)
+
+
+# --- selection -----------------------------------------------------------------------------
+def _where(c: Ctx, i: int) -> Optional[str]:
+    if i == 0:
+        return None
+    if i == 1:
+        return f"np.where({c.x[0]}, {c.dy}, 0.0)"
+    return f"np.where({c.x[0]}, 0.0, {c.dy})"
+
+
+ARRAY_RULES[np.where] = ARule(_where, broadcast=True)
+
+
+def _clip(c: Ctx, i: int) -> Optional[str]:
+    x, lo, hi, dy = c.x[0], c.x[1], c.x[2], c.dy
+    if i == 0:
+        return f"np.where(({x} >= {lo}) & ({x} <= {hi}), {dy}, 0.0)"
+    if i == 1:
+        return f"np.where({x} < {lo}, {dy}, 0.0)"
+    return f"np.where({x} > {hi}, {dy}, 0.0)"
+
+
+ARRAY_RULES[np.clip] = ARule(_clip, broadcast=True)
+
+
+# --- creation ------------------------------------------------------------------------------
+def _full(c: Ctx, i: int) -> Optional[str]:
+    return c.dy if i == 1 else None
+
+
+ARRAY_RULES[np.full] = ARule(_full)
+ARRAY_RULES[np.full_like] = ARule(_full)
+
+
+def _linspace(c: Ctx, i: int) -> Optional[str]:
+    t = f"np.linspace(0.0, 1.0, {c.y}.size)"
+    if i == 0:
+        return f"{c.dy} * (1.0 - {t})"
+    if i == 1:
+        return f"{c.dy} * {t}"
+    return None
+
+
+ARRAY_RULES[np.linspace] = ARule(_linspace)
+
+
+def _array_of(c: Ctx, i: int) -> str:
+    return f"{c.dy}[{i}]"
+
+
+def _stacked(fn) -> ARule:
+    def back(c: Ctx, i: int) -> str:
+        ax = c.kwconst("axis", 0)
+        if "axis" in c.kwnames and "axis" not in c.kwconsts:
+            raise _RuleError("the axis must be a constant")
+        nd = c.nd(0)
+        if fn is np.stack:
+            ax = ax + nd + 1 if ax < 0 else ax
+            return f"{c.dy}[{':, ' * ax}{i}]"
+        ax = ax + nd if ax < 0 else ax
+        off = " + ".join(f"{c.x[k]}.shape[{ax}]" for k in range(i)) or "0"
+        return f"{c.dy}[{':, ' * ax}{off}:{off} + {c.x[i]}.shape[{ax}]]"
+    return ARule(back, kw_ok=("axis",))
+
+
+def rule_for(fn: Any) -> Optional[ARule]:
+    if isinstance(fn, ArrayOf):
+        return ARule(_array_of)
+    if isinstance(fn, Stacked):
+        if fn.fn in (np.vstack, np.hstack):
+            return None
+        return _stacked(fn.fn)
+    try:
+        return ARRAY_RULES.get(fn)
+    except TypeError:
+        return None
+
+
+NONDIFF_ARRAY = [np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like,
+                 np.arange, np.shape, np.size, np.ndim, np.argsort, np.sort]
+
+
+# --- helpers called by generated code (numba-compiled for the cpu target) -------------------
+def prod_grad(x):
+    """d prod(x) / dx, exact with zeros (prefix and suffix products)."""
+    flat = np.ravel(x)
+    n = flat.size
+    g = np.empty(n, flat.dtype)
+    one = np.ones(1, flat.dtype)[0]
+    acc = one
+    for k in range(n):
+        g[k] = acc
+        acc = acc * flat[k]
+    acc = one
+    for k in range(n - 1, -1, -1):
+        g[k] = g[k] * acc
+        acc = acc * flat[k]
+    return np.reshape(g, x.shape)
+
+
+def prod_grad_axis2(x, axis):
+    g = np.empty(x.shape)
+    if axis == 0:
+        for j in range(x.shape[1]):
+            g[:, j] = prod_grad(np.ascontiguousarray(x[:, j]))
+    else:
+        for i in range(x.shape[0]):
+            g[i, :] = prod_grad(np.ascontiguousarray(x[i, :]))
+    return g
+
+
+def _acc_src(nt: int, ne: int) -> str:
+    """Source of acc_{nt}_{ne}(t, e): t += e reduced over the axes e broadcasts over t."""
+    lines = [f"def acc_{nt}_{ne}(t, e):"]
+    lines.append("    if t.shape == e.shape:" if nt == ne else "    if False:")
+    lines.append("        t += e")
+    lines.append("        return")
+    off = ne - nt
+    idx_e = ", ".join(f"i{k}" for k in range(ne))
+    idx_t = ", ".join(f"(i{k + off} if t.shape[{k}] != 1 else 0)" for k in range(nt))
+    ind = "    "
+    for k in range(ne):
+        lines.append(f"{ind}for i{k} in range(e.shape[{k}]):")
+        ind += "    "
+    lines.append(f"{ind}t[{idx_t}] += e[{idx_e}]")
+    return "\n".join(lines) + "\n"
+
+
+def acc_scalar_target(e):
+    return np.sum(e)
+
+
+_HELPERS: Dict[str, Dict[str, Any]] = {}
+
+
+def helpers(target: str) -> Dict[str, Any]:
+    """Name -> helper object for generated code on ``target``."""
+    if target in _HELPERS:
+        return _HELPERS[target]
+    ns: Dict[str, Any] = {"np": np}
+    for nt in (1, 2, 3):
+        for ne in range(nt, 4):
+            exec(_acc_src(nt, ne), ns)
+    out: Dict[str, Any] = {
+        "_zyg_prod_grad": prod_grad, "_zyg_prod_grad_axis2": prod_grad_axis2,
+    }
+    for nt in (1, 2, 3):
+        for ne in range(nt, 4):
+            out[f"_zyg_acc_{nt}_{ne}"] = ns[f"acc_{nt}_{ne}"]
+    from ..pullbacks import arraytape
+    out.update(arraytape.helpers_py())
+    if target != "python":
+        import numba
+        jit = {}
+        pg = numba.njit(prod_grad)
+        jit["_zyg_prod_grad"] = pg
+        g2 = {"np": np, "prod_grad": pg}
+        exec(compile(_src_of(prod_grad_axis2), "<zyg-array-helpers>", "exec"), g2)
+        jit["_zyg_prod_grad_axis2"] = numba.njit(g2["prod_grad_axis2"])
+        for k, v in out.items():
+            if k not in jit:
+                jit[k] = numba.njit(v)
+        out = jit
+    _HELPERS[target] = out
+    return out
+
+
+def _src_of(fn) -> str:
+    import inspect
+    import textwrap
+    return textwrap.dedent(inspect.getsource(fn))

@@ -1,0 +1,174 @@
+"""Primitive operations that the lowering introduces for arrays and tuples.
+
+Each primitive is a small callable object (so that it can sit in :class:`Call.fn`
+like any other callee, be evaluated on sample values by the kind analysis and be
+hashed as a cache key) that also knows how to render itself as Python syntax:
+``GetItem(('i', 's'))`` renders ``a[i, lo:hi:st]``.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+
+
+class Prim:
+    name = "prim"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._key()))
+
+    def _key(self):
+        return ()
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _index(spec: Sequence[str], ops: Sequence[Any]) -> Tuple[Any, ...]:
+    out: List[Any] = []
+    k = 0
+    for s in spec:
+        if s == "i":
+            out.append(ops[k])
+            k += 1
+        elif s == "s":
+            out.append(slice(ops[k], ops[k + 1], ops[k + 2]))
+            k += 3
+        elif s == "n":
+            out.append(None)
+        else:
+            out.append(Ellipsis)
+    return tuple(out)
+
+
+def index_src(spec: Sequence[str], ops: Sequence[str], consts: Sequence[bool] = ()) -> str:
+    """``ops`` are rendered operands; a slice part whose operand is ``None`` is omitted."""
+    parts: List[str] = []
+    k = 0
+    for s in spec:
+        if s == "i":
+            parts.append(ops[k])
+            k += 1
+        elif s == "s":
+            lo, hi, st = ops[k:k + 3]
+            k += 3
+            txt = ("" if lo == "None" else lo) + ":" + ("" if hi == "None" else hi)
+            if st != "None":
+                txt += ":" + st
+            parts.append(txt)
+        elif s == "n":
+            parts.append("None")
+        else:
+            parts.append("...")
+    return ", ".join(parts) if parts else "..."
+
+
+def n_operands(spec: Sequence[str]) -> int:
+    return sum(1 if s == "i" else 3 if s == "s" else 0 for s in spec)
+
+
+class GetItem(Prim):
+    """``base[index]``; operands: base, then the index parts (a slice takes three)."""
+
+    def __init__(self, spec: Tuple[str, ...]):
+        self.spec = tuple(spec)
+        self.name = "getitem[" + ",".join(self.spec) + "]"
+
+    def _key(self):
+        return self.spec
+
+    def __call__(self, base, *ops):
+        idx = _index(self.spec, ops)
+        return base[idx if len(idx) != 1 else idx[0]]
+
+    def is_view(self) -> bool:
+        """Indexing with a slice, ``None`` or ``...`` gives a view (numpy basic indexing)."""
+        return any(s != "i" for s in self.spec)
+
+
+class SetItem(Prim):
+    """``base[index] = value``; operands: base, the index parts, value (an effect)."""
+
+    def __init__(self, spec: Tuple[str, ...]):
+        self.spec = tuple(spec)
+        self.name = "setitem[" + ",".join(self.spec) + "]"
+
+    def _key(self):
+        return self.spec
+
+    def __call__(self, base, *ops):
+        idx = _index(self.spec, ops[:-1])
+        base[idx if len(idx) != 1 else idx[0]] = ops[-1]
+        return None
+
+
+class Attr(Prim):
+    """``value.attr`` for the array attributes zyg knows (shape, size, ndim, T, real, imag)."""
+
+    VIEWS = ("T",)
+
+    def __init__(self, attr: str):
+        self.attr = attr
+        self.name = "." + attr
+
+    def _key(self):
+        return self.attr
+
+    def __call__(self, base):
+        return getattr(base, self.attr)
+
+
+class MakeTuple(Prim):
+    name = "tuple"
+
+    def __call__(self, *xs):
+        return tuple(xs)
+
+
+class ArrayOf(Prim):
+    """``np.array([x, y, ...])`` of scalars."""
+    name = "np.array"
+
+    def __call__(self, *xs):
+        return np.array([*xs])
+
+
+class Stacked(Prim):
+    """``np.concatenate((a, b, ...), axis)`` / ``np.stack((a, b, ...), axis)``: the
+    arrays are separate operands (zyg has no tuple-of-arrays values)."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self.name = "np." + fn.__name__
+
+    def _key(self):
+        return self.fn
+
+    def __call__(self, *xs, axis=0):
+        return self.fn(tuple(xs), axis=axis)
+
+
+class InPlace(Prim):
+    """``a op= b``: in place on arrays (the result is ``a`` itself), plain ``op`` on numbers."""
+
+    SYMBOL = {operator.add: "+=", operator.sub: "-=", operator.mul: "*=", operator.truediv: "/=",
+              operator.pow: "**=", operator.floordiv: "//=", operator.mod: "%=",
+              operator.matmul: "@="}
+
+    def __init__(self, op: Any):
+        self.op = op
+        self.name = "inplace" + self.SYMBOL.get(op, "?")
+
+    def _key(self):
+        return self.op
+
+    def __call__(self, a, b):
+        if isinstance(a, np.ndarray):
+            a[...] = self.op(a, b)
+            return a
+        return self.op(a, b)
