@@ -50,7 +50,7 @@ def child_main() -> None:
 
         zyg = zyg_api.import_zyg()
         t1 = time.perf_counter()
-        out = zyg_api.value_and_grad(zyg, workload.fn)(*args)
+        out = zyg_api.value_and_grad(zyg, workload.fn, workload.argnums)(*args)
     else:
         t1 = time.perf_counter()
         out = workload.hand(*args)

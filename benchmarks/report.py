@@ -49,8 +49,20 @@ def _commit(meta: dict[str, Any]) -> str:
     return commit + (" with uncommitted changes in zyg/ or benchmarks/" if git.get("dirty") else "")
 
 
+def _fmt_arg(a: Any) -> str:
+    if isinstance(a, dict) and "shape" in a:  # a summarised array
+        return "array[" + "x".join(str(n) for n in a["shape"]) + "]"
+    if isinstance(a, list):  # a small array
+        shape = []
+        while isinstance(a, list):
+            shape.append(len(a))
+            a = a[0] if a else None
+        return "array[" + "x".join(str(n) for n in shape) + "]"
+    return repr(a)
+
+
 def _fmt_args(args: Any) -> str:
-    return "(" + ", ".join(repr(a) for a in args) + ")" if isinstance(args, list) else repr(args)
+    return "(" + ", ".join(_fmt_arg(a) for a in args) + ")" if isinstance(args, list) else repr(args)
 
 
 def _case_notes(case: dict[str, Any]) -> str:

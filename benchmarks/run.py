@@ -126,8 +126,17 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:300]
 
 
+JSON_ARRAY_MAX = 16
+"""Arrays with more elements are summarised in the JSON (shape, norm, first entries)."""
+
+
 def _jsonable(obj: Any) -> Any:
-    """Arguments/values/gradients as JSON (arrays become lists, scalars floats)."""
+    """Arguments/values/gradients as JSON (arrays become lists, scalars floats).
+
+    Arrays of more than :data:`JSON_ARRAY_MAX` elements (an MLP's weights, say)
+    become ``{"shape": [...], "max_abs": ..., "head": [...]}`` so that the JSON stays
+    readable; the verification errors are recorded separately.
+    """
     if isinstance(obj, (tuple, list)):
         return [_jsonable(o) for o in obj]
     if isinstance(obj, (bool, int, str)) or obj is None:
@@ -136,7 +145,35 @@ def _jsonable(obj: Any) -> Any:
         return obj
     arr = verify.to_array(obj)
     shape = tuple(getattr(obj, "shape", np.shape(obj)))
-    return float(arr[0]) if shape == () else arr.reshape(shape).tolist()
+    if shape == ():
+        return float(arr[0])
+    if arr.size > JSON_ARRAY_MAX:
+        return {"shape": list(shape),
+                "max_abs": float(np.max(np.abs(arr))) if arr.size else 0.0,
+                "head": arr[:4].tolist()}
+    return arr.reshape(shape).tolist()
+
+
+def describe_args(args: Args) -> str:
+    """Short text for a log line: arrays as ``f64[100x10]``, scalars by repr."""
+    parts = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            parts.append(f"{a.dtype.str[1:]}[{'x'.join(str(n) for n in a.shape)}]")
+        else:
+            parts.append(repr(a))
+    return "(" + ", ".join(parts) + ")"
+
+
+def _args_key(args: Args) -> tuple[Any, ...]:
+    """A hashable key for the values of ``args`` (array contents included)."""
+    key = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            key.append(("array", a.dtype.str, a.shape, hash(a.tobytes())))
+        else:
+            key.append((type(a).__name__, repr(a)))
+    return tuple(key)
 
 
 def _strict_json(obj: Any) -> Any:
@@ -168,6 +205,7 @@ class _Runner:
         self.primals: dict[str, Any] = {}
         self.zyg_fns: dict[str, Callable[..., Any]] = {}
         self.zyg_build_error: dict[str, str] = {}
+        self.zyg_first_call_error: dict[str, str] = {}
         self.first_call: dict[str, dict[str, Any]] = {}
         self.references: dict[tuple[str, str], _Reference] = {}
         self.problems: list[str] = []
@@ -230,12 +268,13 @@ class _Runner:
         return self.primals[w.name]
 
     def reference(self, w: Workload, args: Args) -> _Reference:
-        key = (w.name, repr(args))
+        key = (w.name, _args_key(args))
         if key in self.references:
             return self.references[key]
         primal = self.primal(w)
         value = primal(*args)
-        fd = verify.central_difference(primal, args, w.fd_step(args))
+        fd = verify.central_difference(primal, args, w.fd_step(args), argnums=w.argnums,
+                                       n_directions=w.fd_directions)
         exact = None
         if w.exact_grad is not None:
             try:
@@ -259,7 +298,7 @@ class _Runner:
         """Compare ``(value, grad)`` with the references; ``ok`` when all pass."""
         checks = [
             ("primal value", verify.rel_error(value, ref.value), self.cfg.value_rtol),
-            ("finite differences", verify.rel_error(grad, ref.fd), self.cfg.fd_rtol),
+            ("finite differences", verify.fd_error(grad, ref.fd), self.cfg.fd_rtol),
         ]
         if against_hand and ref.hand_ok:
             checks.append(
@@ -344,7 +383,7 @@ class _Runner:
                 py_func = getattr(w.hand, "py_func", None)
                 g = numba.njit(py_func) if py_func is not None else w.hand
             else:
-                g = zyg_api.value_and_grad(self.zyg, w.fn)
+                g = zyg_api.value_and_grad(self.zyg, w.fn, w.argnums)
         except Exception as exc:
             self.zyg_build_error[w.name] = f"value_and_grad failed: {_describe(exc)}"
             return self.zyg_build_error[w.name]
@@ -353,7 +392,8 @@ class _Runner:
         try:
             out = g(*tiny)
         except Exception as exc:
-            return f"first call failed: {_describe(exc)}"
+            self.zyg_first_call_error[w.name] = f"first call failed: {_describe(exc)}"
+            return self.zyg_first_call_error[w.name]
         t2 = time.perf_counter()
         record = {
             "in_process_s": t2 - t0,
@@ -370,7 +410,8 @@ class _Runner:
             self.problems.append(f"{w.name} first call: cannot check result: {_describe(exc)}")
         else:
             if record["in_process_grad_rel_err_vs_hand"] > self.cfg.tight_rtol:
-                self.problems.append(f"{w.name} first call at {tiny!r}: gradient differs "
+                self.problems.append(f"{w.name} first call at {describe_args(tiny)}: "
+                                     "gradient differs "
                                      "from the hand adjoint")
         self.first_call.setdefault(w.name, {}).update(record)
         return None
@@ -409,7 +450,7 @@ class _Runner:
     def run_case(self, w: Workload, case: Case) -> dict[str, Any]:
         cid = w.case_id(case)
         args = case.arguments(self.cfg.quick)
-        self.log(f"[{cid}] args={args!r}: references")
+        self.log(f"[{cid}] args={describe_args(args)}: references")
         ref = self.reference(w, args)
         cols: dict[str, dict[str, Any]] = {}
         cols["primal"] = self.primal_column(w, args, ref)
@@ -448,6 +489,15 @@ class _Runner:
 
     def subprocess_first_call(self, w: Workload, case: Case) -> None:
         if self.zyg_unavailable is not None:
+            return
+        failed = self.zyg_build_error.get(w.name) or self.zyg_first_call_error.get(w.name)
+        if failed:
+            # no point in two fresh processes that fail the same way (seconds each)
+            self.log(f"[{w.name}] first call in fresh processes skipped: {failed}")
+            self.first_call.setdefault(w.name, {}).update(
+                fresh={"status": "skipped", "error": failed},
+                cached={"status": "skipped", "error": failed},
+                args=_jsonable(case.quick_args))
             return
         mode = "hand" if self.cfg.no_zyg else "zyg"
         self.log(f"[{w.name}] first call in fresh processes ({mode})")

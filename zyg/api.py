@@ -295,6 +295,9 @@ class _FirstCall:
             self.fn.compile(tuple(numba.typeof(a) for a in args))
         except nerr.NumbaError as e:
             raise compile_error(e, self.path, self.locs, self.fname) from None
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as e:
+            # an internal numba failure while typing the generated code: still a zyg error
+            raise compile_error(e, self.path, self.locs, self.fname) from e
         return self.fn
 
     def __call__(self, *args):

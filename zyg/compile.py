@@ -43,7 +43,9 @@ def wrapper_for(target: str):
     def wrap(obj):
         if id(obj) in subst:
             return subst[id(obj)]
-        if isinstance(obj, types.FunctionType):
+        if isinstance(obj, types.FunctionType) and not \
+                (getattr(obj, "__module__", "") or "").startswith("numpy"):
+            # (numpy's Python-level functions such as np.ones have numba implementations)
             got = _njit_cache.get(id(obj))
             if got is None or got[0] is not obj:
                 got = (obj, numba.njit(obj))
@@ -103,14 +105,26 @@ _LINE_RE = re.compile(r'File "([^"]+)", line (\d+)')
 
 def compile_error(exc: Exception, path: str, locs, fname: str) -> CompileError:
     """Re-raise a numba error as a CompileError naming the generated and the user line."""
-    msg = str(exc)
+    msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))   # numba's terminal colours
     gen_line = None
     for m in _LINE_RE.finditer(msg):
         if os.path.abspath(m.group(1)) == os.path.abspath(path):
             gen_line = int(m.group(2))
     loc = locs.get(gen_line) if gen_line else None
     first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+    # the reason numba gives, without its pipeline banner and source excerpts
+    reason = []
+    for ln in msg.splitlines()[1:]:
+        t = ln.strip()
+        if not t or t.startswith(("File ", "During:", "^", "raise ", "- ", "No implementation")) or \
+                t.startswith("Failed in") or "<source" in t:
+            continue
+        reason.append(t)
+        if len(reason) == 2:
+            break
     text = f"numba could not compile the code zyg generated for {fname!r}: {first}"
+    if reason:
+        text += "\n  " + "\n  ".join(reason)
     if gen_line:
         text += f"\n  generated code: {path}, line {gen_line}"
     hint = ("run with target='python' to debug, or check that the function is numba-compatible; "

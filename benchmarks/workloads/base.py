@@ -7,8 +7,10 @@ differentiates and numba compiles as the primal), a hand-written numba adjoint
 finite-difference step, an optional closed-form gradient, and the same workload
 written in each peer framework's idiom (:class:`PeerImpl`).
 
-The gradient is always taken with respect to argument 0; the other arguments
-(sizes, integer orders) are inactive.
+The gradient is taken with respect to the arguments listed in
+:attr:`Workload.argnums` (default: argument 0); the other arguments (sizes,
+integer orders, data) are inactive. With one argnum a gradient is a float or an
+array; with several it is a tuple with one entry per argnum, in order.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ Args = tuple[Any, ...]
 """Positional arguments of a workload function."""
 
 ValueAndGrad = Callable[..., tuple[Any, Any]]
-"""A callable ``vg(*args) -> (value, grad)``; ``grad`` is w.r.t. argument 0."""
+"""A callable ``vg(*args) -> (value, grad)``; ``grad`` is w.r.t. the workload's
+``argnums`` (a tuple of gradients when there are several)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +82,9 @@ class Workload:
             ``@njit`` function, or a thin Python wrapper around one that keeps a
             workspace between calls (large tapes).
         cases: the sizes measured.
-        fd_step: ``fd_step(args) -> h`` for the 5-point central difference.
+        fd_step: ``fd_step(args) -> h`` for the 5-point central difference (for
+            array arguments: the step along each random direction, whose entries
+            are standard normal).
         exact_grad: optional closed-form gradient ``exact_grad(args)``.
         exact_rtol: tolerance against ``exact_grad`` (looser where the closed form
             is of the untruncated mathematical function, e.g. a Bessel series).
@@ -89,6 +94,9 @@ class Workload:
             for peers with ``python_loop=True``: arguments with the loop's trip
             count capped at ``cap`` and the factor by which to scale the time, or
             None when the trip count is already at most ``cap``.
+        argnums: the differentiated arguments (see the module docstring).
+        fd_directions: how many random directions the finite-difference reference
+            probes when a differentiated argument is an array.
     """
 
     number: int
@@ -102,6 +110,8 @@ class Workload:
     exact_rtol: float = 1e-9
     peers: dict[str, PeerImpl] = dataclasses.field(default_factory=dict)
     reduce_trip_count: Optional[Callable[[Args, int], Optional[tuple[Args, float]]]] = None
+    argnums: tuple[int, ...] = (0,)
+    fd_directions: int = 3
 
     def case_id(self, case: Case) -> str:
         """Identifier of ``case`` in reports: ``"pow[n=1e6]"`` or ``"sincos"``."""

@@ -216,6 +216,9 @@ class ArrayMixin:
         if self.is_view(st.var):
             info["kind"] = "view"      # no adjoint: the shadow is a view of the base's shadow
             return
+        from ..rules import registry
+        if not isinstance(fn, Prim) and registry.is_nondifferentiable(fn):
+            active_ops = []
         if not active_ops and not (isinstance(fn, GetItem) and e.args and isinstance(e.args[0], Var)
                                    and e.args[0].id in self.p.active):
             # a fresh array that becomes active through writes (np.zeros(n) filled in a loop)
@@ -413,9 +416,24 @@ class ArrayMixin:
         elif fn in PREFIX and len(args) == 1 and not e.kwargs:
             code.add(ind, f"{lhs}{PREFIX[fn]}{args[0]}", st.loc)
         else:
-            f = self.ns.ref(fn)
-            args += [f"{k}={self.src(v)}" for k, v in e.kwargs.items()]
-            code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
+            kw = {k: (self.src(v), v.value if isinstance(v, Const) else arules._NOCONST)
+                  for k, v in e.kwargs.items()}
+            if len(e.args) == 2 and fn in (np.sum, np.mean, np.max, np.min, np.amax, np.amin, np.prod,
+                                           np.cumsum) and "axis" not in kw:
+                a1 = e.args[1]
+                kw["axis"] = (args[1], a1.value if isinstance(a1, Const) else arules._NOCONST)
+                args = args[:1]
+            try:
+                special = arules.primal_call(fn, args, [self.kind(a) for a in e.args], kw,
+                                             self.kind(st.var) if st.var is not None else None)
+            except arules._RuleError as ex:
+                raise self.err(st, f"{callee_name(fn)}: {ex}", cls=UnsupportedSyntax)
+            if special is not None:
+                code.add(ind, f"{lhs}{special}", st.loc)
+            else:
+                f = self.ns.ref(fn)
+                args += [f"{k}={v[0]}" for k, v in kw.items()]
+                code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
         if record and st.var is not None and st.var.id in self.shadow_roots:
             self.alloc_shadow(st.var, ind, code, loop)
 

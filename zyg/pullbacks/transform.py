@@ -770,6 +770,13 @@ class Emitter(ArrayMixin):
         for ex in self.extra.values():
             for name, k in ex:
                 kinds_by_name[name] = k
+        for blk in self.fn.iter_blocks():
+            for st in blk.stmts:
+                info = self.astmts.get(id(st))
+                if info and "old" in info:
+                    kinds_by_name[info["old"]] = info["old_kind"]
+                if info and "restore" in info:
+                    kinds_by_name[info["restore"]] = self.kind(st.var)
         params = {var_name(p) for p in self.fn.params}
         # numba rejects a variable whose first use (in bytecode order) may precede its
         # definition, so every value crossing blocks gets a typed zero up front

@@ -22,9 +22,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from ..ssa.analysis import array_ndim, is_array
+from ..ssa.analysis import array_dtype, array_ndim, is_array
 from ..ssa.prims import ArrayOf, Stacked
 from . import scalar
+from .registry import nondifferentiable
 
 _NOCONST = object()
 
@@ -84,7 +85,7 @@ _BINARY_ARRAY = {
 
 def _unary(deriv: str) -> ARule:
     def back(c: Ctx, i: int) -> str:
-        return f"{c.dy} * {_subst(deriv, {'x': c.x[0], 'y': c.y})}"
+        return f"{c.dy} * ({_subst(deriv, {'x': c.x[0], 'y': c.y})})"
     return ARule(back)
 
 
@@ -97,7 +98,7 @@ def _binary(da: Optional[str], db: Optional[str]) -> ARule:
             return c.dy
         if d.strip() == "-1.0":
             return f"-{c.dy}"
-        return f"{c.dy} * {_subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})}"
+        return f"{c.dy} * ({_subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})})"
     return ARule(back, broadcast=True)
 
 
@@ -202,7 +203,7 @@ def _cumsum(c: Ctx, i: int) -> Optional[str]:
         return f"np.cumsum({c.dy}[::-1])[::-1]"
     if c.nd(0) == 2:
         sl = "[::-1, :]" if ax == 0 else "[:, ::-1]"
-        return f"np.cumsum({c.dy}{sl}, axis={ax}){sl}"
+        return f"_zyg_cumsum_axis({c.dy}{sl}, {ax}){sl}"
     raise _RuleError("np.cumsum with an axis is differentiable for 1-D and 2-D arrays")
 
 
@@ -321,7 +322,9 @@ def rule_for(fn: Any) -> Optional[ARule]:
 
 
 NONDIFF_ARRAY = [np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like,
-                 np.arange, np.shape, np.size, np.ndim, np.argsort, np.sort]
+                 np.arange, np.shape, np.size, np.ndim, np.argsort, np.sign, np.isclose]
+for _f in NONDIFF_ARRAY:
+    nondifferentiable(_f)
 
 
 # --- helpers called by generated code (numba-compiled for the cpu target) -------------------
@@ -351,6 +354,82 @@ def prod_grad_axis2(x, axis):
         for i in range(x.shape[0]):
             g[i, :] = prod_grad(np.ascontiguousarray(x[i, :]))
     return g
+
+
+# numba implements np.max/np.min/np.mean/np.prod/np.cumsum without an axis only:
+# the generated code calls these (2-D, constant axis) on both targets
+def max_axis(a, axis):
+    if axis == 0:
+        out = np.empty(a.shape[1], a.dtype)
+        for j in range(a.shape[1]):
+            out[j] = np.max(a[:, j])
+    else:
+        out = np.empty(a.shape[0], a.dtype)
+        for i in range(a.shape[0]):
+            out[i] = np.max(a[i, :])
+    return out
+
+
+def min_axis(a, axis):
+    if axis == 0:
+        out = np.empty(a.shape[1], a.dtype)
+        for j in range(a.shape[1]):
+            out[j] = np.min(a[:, j])
+    else:
+        out = np.empty(a.shape[0], a.dtype)
+        for i in range(a.shape[0]):
+            out[i] = np.min(a[i, :])
+    return out
+
+
+def prod_axis(a, axis):
+    if axis == 0:
+        out = np.empty(a.shape[1], a.dtype)
+        for j in range(a.shape[1]):
+            out[j] = np.prod(a[:, j])
+    else:
+        out = np.empty(a.shape[0], a.dtype)
+        for i in range(a.shape[0]):
+            out[i] = np.prod(a[i, :])
+    return out
+
+
+def cumsum_axis(a, axis):
+    out = np.empty(a.shape, a.dtype)
+    if axis == 0:
+        for j in range(a.shape[1]):
+            out[:, j] = np.cumsum(a[:, j])
+    else:
+        for i in range(a.shape[0]):
+            out[i, :] = np.cumsum(a[i, :])
+    return out
+
+
+AXIS_HELPERS = {np.max: "_zyg_max_axis", np.amax: "_zyg_max_axis", np.min: "_zyg_min_axis",
+                np.amin: "_zyg_min_axis", np.prod: "_zyg_prod_axis", np.cumsum: "_zyg_cumsum_axis"}
+
+
+def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, Any],
+                result_kind: Optional[str] = None) -> Optional[str]:
+    """Source of ``fn(*args, **kwargs)`` where numba needs another spelling; else None.
+    ``kwargs`` maps names to (rendered, constant value or _NOCONST)."""
+    ax = None
+    if "axis" in kwargs:
+        ax = kwargs["axis"][1]
+    if fn is builtins.abs and kinds and is_array(kinds[0]):
+        return f"np.abs({args[0]})"
+    if ax is None or ax is _NOCONST:
+        return None
+    nd = array_ndim(kinds[0]) if kinds and is_array(kinds[0]) else 0
+    if ax < 0:
+        ax += nd
+    if fn is np.mean:
+        return f"np.sum({args[0]}, axis={ax}) / {args[0]}.shape[{ax}]"
+    if fn in AXIS_HELPERS:
+        if nd != 2:
+            raise _RuleError(f"np.{fn.__name__} with an axis is supported on 2-D arrays")
+        return f"{AXIS_HELPERS[fn]}({args[0]}, {ax})"
+    return None
 
 
 def _acc_src(nt: int, ne: int) -> str:
@@ -387,6 +466,8 @@ def helpers(target: str) -> Dict[str, Any]:
             exec(_acc_src(nt, ne), ns)
     out: Dict[str, Any] = {
         "_zyg_prod_grad": prod_grad, "_zyg_prod_grad_axis2": prod_grad_axis2,
+        "_zyg_max_axis": max_axis, "_zyg_min_axis": min_axis, "_zyg_prod_axis": prod_axis,
+        "_zyg_cumsum_axis": cumsum_axis,
     }
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
