@@ -286,6 +286,8 @@ class ArrayMixin:
             return
         if a.id not in self.p.defblock or not self.needs_push(blk.id, self.p.defblock[a.id]):
             return
+        if self.remat(a, blk.id):
+            return
         if self.is_arr(a):
             if self.mutable(a):
                 return          # written arrays are rewound: read in place
@@ -297,6 +299,79 @@ class ArrayMixin:
         if item not in self.pushes[blk.id]:
             self.pushes[blk.id].append(item)
             self.stack_used.add(KIND_STACK.get(self.kind(a), "f"))
+
+    # -- rematerialisation: values read again in the adjoint instead of taped ------------------
+    def def_stmt(self, v) -> Optional[Tuple[int, int, Stmt]]:
+        if not hasattr(self, "_defs"):
+            self._defs = {}
+            for blk in self.fn.iter_blocks():
+                for k, st in enumerate(blk.stmts):
+                    if st.var is not None:
+                        self._defs[st.var.id] = (blk.id, k, st)
+        return self._defs.get(v.id)
+
+    def remat(self, a, blk_id: int) -> bool:
+        """Can the adjoint of block ``blk_id`` recompute ``a`` instead of popping it?
+
+        Yes for constants, recomputed loop counters, values that need no tape there,
+        integer arithmetic on such values defined in the block, and scalar reads
+        ``arr[idx]`` in the block from an array that no later statement of the block
+        writes: every write after the block is rewound when its adjoint runs, so
+        the array holds what the read saw."""
+        if not isinstance(a, Var):
+            return True
+        key = (a.id, blk_id)
+        memo = self.__dict__.setdefault("_remat_memo", {})
+        if key in memo:
+            return memo[key]
+        memo[key] = False          # cycles (none in SSA within a block, but be safe)
+        memo[key] = self._remat(a, blk_id)
+        return memo[key]
+
+    def _remat(self, a: Var, blk_id: int) -> bool:
+        import operator as _o
+        if a.id in self.recompute:
+            return True
+        db = self.p.defblock.get(a.id)
+        if db is None:
+            return False
+        if self.is_arr(a):
+            if self.is_view(a):
+                st = self.al.view_of[a.id]
+                return all(self.remat(q, blk_id) for q in st.expr.args)
+            return self.mutable(a) or not self.needs_push(blk_id, db)
+        if not self.needs_push(blk_id, db):
+            return True
+        d = self.def_stmt(a)
+        if d is None or d[0] != blk_id:
+            return False
+        _, k, st = d
+        e = st.expr
+        if self.kind(a) in ("int", "bool") and e.fn in (_o.add, _o.sub, _o.mul, _o.floordiv, _o.mod) \
+                and not e.kwargs:
+            return all(self.remat(q, blk_id) for q in e.args)
+        if isinstance(e.fn, GetItem) and e.args and self.is_arr(e.args[0]) and not self.is_arr(a):
+            base = e.args[0]
+            if not all(self.remat(q, blk_id) for q in e.args):
+                return False
+            cls = self.al.find(base.id)
+            for later in self.fn.blocks[blk_id].stmts[k + 1:]:
+                le = later.expr
+                if (isinstance(le.fn, SetItem) or isinstance(le.fn, InPlace)) and isinstance(le.args[0], Var) \
+                        and le.args[0].id in self.al.parent and self.al.find(le.args[0].id) == cls:
+                    return False
+            return True
+        return False
+
+    def remat_src(self, a: Var, local: Dict[str, str]) -> str:
+        from ..ssa.emit import INFIX as _INFIX
+        _, _, st = self.def_stmt(a)
+        e = st.expr
+        if isinstance(e.fn, GetItem):
+            base = self.arr_value(e.args[0], local)
+            return f"{base}[{index_src(e.fn.spec, [self.value_ref(q, local) for q in e.args[1:]])}]"
+        x, y = (self.value_ref(q, local) for q in e.args)
+        return f"({x} {_INFIX[e.fn]} {y})"
 
     # -- values and shadows in the adjoint --------------------------------------------------
     def view_src(self, st: Stmt, base: str, ops: List[str]) -> str:

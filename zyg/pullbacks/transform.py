@@ -278,13 +278,13 @@ class Emitter(ArrayMixin):
                     else:
                         continue
                     if isinstance(a, Var) and a.id not in self.recompute and \
-                            self.needs_push(blk.id, self.p.defblock[a.id]):
+                            self.needs_push(blk.id, self.p.defblock[a.id]) and not self.remat(a, blk.id):
                         pushes.append((var_name(a), self.kind(a)))
                 if conv.bwd_src is not None:
                     # the generated bwd takes all parameters (and the output)
                     for a in list(st.expr.args) + ([st.var] if conv.out else []):
                         if isinstance(a, Var) and a.id not in self.recompute and \
-                                self.needs_push(blk.id, self.p.defblock[a.id]):
+                                self.needs_push(blk.id, self.p.defblock[a.id]) and not self.remat(a, blk.id):
                             pushes.append((var_name(a), self.kind(a)))
             seen = set()
             uniq = []
@@ -577,6 +577,7 @@ class Emitter(ArrayMixin):
     def adjoint_block(self, blk, i2: int, code: Code) -> None:
         """Reverse of one block: pop residuals, run pullbacks backwards, go to the predecessor."""
         local: Dict[str, str] = {}
+        self._adj_blk = blk.id
         self.pop_block_arrays(blk, local, i2, code)
         by: Dict[str, List[str]] = {}
         for name, k in self.pushes[blk.id]:
@@ -608,6 +609,10 @@ class Emitter(ArrayMixin):
         n = var_name(a)
         if n in local:
             return local[n]
+        cur = getattr(self, "_adj_blk", None)
+        if cur is not None and a.id in self.p.defblock and \
+                self.needs_push(cur, self.p.defblock[a.id]) and self.remat(a, cur):
+            return self.remat_src(a, local)
         self.adj_uses.add(n)
         return n
 
