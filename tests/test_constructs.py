@@ -576,7 +576,21 @@ def jitted(x, y):
 lam = lambda x: math.sin(x) * x + x ** 3  # noqa: E731
 
 
+def counter_after_nested_loop(x, n):
+    # the inner loop's counter is used after the loop, inside an outer loop: it must
+    # not be recomputed from a trip count that belongs to another outer iteration
+    s = 0.0
+    for i in range(n):
+        k = 0
+        while k < i + 2:
+            s += x * k
+            k += 1
+        s += x * x * k
+    return s
+
+
 CASES = [
+    (counter_after_nested_loop, [(0.7, 4), (-1.3, 3)], 0),
     (arith, [(1.3, 0.7), (-2.1, 1.9), (0.4, -0.3)], (0, 1)),
     (unary_minus, [(0.3,), (-1.7,), (2.2,)], 0),
     (pow_float_exp, [(1.3, 0.7), (2.1, -1.9), (0.4, 2.5)], (0, 1)),

@@ -277,7 +277,7 @@ class ArrayMixin:
             self.need_value(blk, a)
 
     def need_value(self, blk, a) -> None:
-        if not isinstance(a, Var) or a.id in self.recompute:
+        if not isinstance(a, Var) or self.recomputable(a, blk.id):
             return
         if self.is_view(a):
             st = self.al.view_of[a.id]
@@ -330,7 +330,7 @@ class ArrayMixin:
 
     def _remat(self, a: Var, blk_id: int) -> bool:
         import operator as _o
-        if a.id in self.recompute:
+        if self.recomputable(a, blk_id):
             return True
         db = self.p.defblock.get(a.id)
         if db is None:

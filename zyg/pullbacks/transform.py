@@ -244,6 +244,14 @@ class Emitter(ArrayMixin):
                     self.recompute[prm.id] = (init, step, h)
         self.count_scalars = [f"_n{h}" for h in sorted(self.counted)]
 
+    def recomputable(self, a, blk_id: int) -> bool:
+        """A loop counter is recomputed from the trip count inside its loop only: after
+        the loop the count of a nested loop has been restored for another iteration."""
+        if not isinstance(a, Var) or a.id not in self.recompute:
+            return False
+        h = self.recompute[a.id][2]
+        return blk_id in self.p.loops[h]
+
     def edge_args(self, src: int, target: int):
         t = self.fn.blocks[src].term
         if isinstance(t, Jump):
@@ -277,13 +285,13 @@ class Emitter(ArrayMixin):
                         a = st.var
                     else:
                         continue
-                    if isinstance(a, Var) and a.id not in self.recompute and \
+                    if isinstance(a, Var) and not self.recomputable(a, blk.id) and \
                             self.needs_push(blk.id, self.p.defblock[a.id]) and not self.remat(a, blk.id):
                         pushes.append((var_name(a), self.kind(a)))
                 if conv.bwd_src is not None:
                     # the generated bwd takes all parameters (and the output)
                     for a in list(st.expr.args) + ([st.var] if conv.out else []):
-                        if isinstance(a, Var) and a.id not in self.recompute and \
+                        if isinstance(a, Var) and not self.recomputable(a, blk.id) and \
                                 self.needs_push(blk.id, self.p.defblock[a.id]) and not self.remat(a, blk.id):
                             pushes.append((var_name(a), self.kind(a)))
             seen = set()
@@ -603,7 +611,8 @@ class Emitter(ArrayMixin):
             return const_src(a, self.ns)
         if self.is_arr(a):
             return self.arr_value(a, local)
-        if a.id in self.recompute:
+        cur = getattr(self, "_adj_blk", None)
+        if cur is not None and self.recomputable(a, cur):
             init, step, h = self.recompute[a.id]
             return f"({self.value_ref(init, local)} + {step} * _n{h})"
         n = var_name(a)
