@@ -135,8 +135,9 @@ class _Specializer:
                                hint="reduce it (np.sum, a loss), or use zyg.pullback(f, x) and pass an "
                                     "array dy to back")
         fname = f"{self.name}_{'vg' if value else 'grad'}"
-        _, code, ns, diffable, stacks = emit_fused(p, fname, wrap, value=value)
-        (fn,), path, locs = load(code, ns.ns, [fname], self.target, fname)
+        _, code, ns, diffable, stacks, parts = emit_fused(p, fname, wrap, value=value)
+        loaded, path, locs = load(code, ns.ns, parts + [fname], self.target, fname)
+        fn = loaded[-1]
         if stacks:
             fn = _pooled(fn, stacks, value)
         else:
@@ -424,7 +425,7 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
     p = plan(ir, kinds, wrt, "python")
     name = _ident(ir.name)
     code, _, _, _ = emit_split(p, name, lambda o: o)
-    _, fused, _, _, _ = emit_fused(p, name + "_vg", lambda o: o)
+    _, fused, _, _, _, _ = emit_fused(p, name + "_vg", lambda o: o)
     kinds_line = ", ".join(f"{q}: {p.kinds.get(q.id)}" for q in ir.params)
     act = ", ".join(f"%{v}" for v in sorted(p.active)) or "(none)"
     text = (f"=== SSA IR of {ir.name} ===\n{p.fn}\n\n"

@@ -21,6 +21,7 @@ The model (``docs/arrays.md``, DESIGN 3.5):
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
@@ -106,6 +107,7 @@ class ArrayMixin:
             for st in blk.stmts:
                 if self.is_array_stmt(st):
                     self.prepare_array_stmt(blk, st)
+        self.skip_unread_records()
         for blk in self.fn.iter_blocks():
             for item in self.stmt_pushes[blk.id] + self.arr_pushes[blk.id]:
                 k = item[1]
@@ -290,6 +292,7 @@ class ArrayMixin:
             return
         if self.is_arr(a):
             if self.mutable(a):
+                self.mark_read(a)
                 return          # written arrays are rewound: read in place
             lst = self.arr_pushes[blk.id]
             if (var_name(a), self.kind(a)) not in lst:
@@ -360,8 +363,51 @@ class ArrayMixin:
                 if (isinstance(le.fn, SetItem) or isinstance(le.fn, InPlace)) and isinstance(le.args[0], Var) \
                         and le.args[0].id in self.al.parent and self.al.find(le.args[0].id) == cls:
                     return False
+            self.mark_read(base)
             return True
         return False
+
+    def mark_read(self, a) -> None:
+        """The adjoint reads ``a``'s memory: its writes must be recorded and rewound."""
+        if isinstance(a, Var) and a.id in self.al.parent:
+            root = self.al.find(a.id)
+            reads = self.__dict__.setdefault("mem_read", set())
+            if root not in reads:
+                assert not getattr(self, "_mem_frozen", False), "array read found after the tape was planned"
+                reads.add(root)
+
+    def skip_unread_records(self) -> None:
+        """Writes into arrays whose contents the adjoint never reads, and that are not
+        the caller's (no argument shares their memory), need no record: nothing
+        observes the memory after the primal (the ODE's stage arrays)."""
+        reads = self.__dict__.setdefault("mem_read", set())
+        arg_roots = {self.al.find(p.id) for p in self.fn.params if p.id in self.al.parent}
+        for blk in self.fn.iter_blocks():
+            keep = []
+            for item in self.stmt_pushes[blk.id]:
+                keep.append(item)
+            for st in blk.stmts:
+                info = self.astmts.get(id(st))
+                if not info:
+                    continue
+                if info["kind"] == "inplace" and st.expr.fn.op in (operator.mul, operator.truediv) \
+                        and st.expr.args[0].id in self.p.active:
+                    continue            # the adjoint reads the old contents
+                if info["kind"] in ("setitem", "inplace"):
+                    base = st.expr.args[0]
+                elif "restore" in info:
+                    base = st.var
+                else:
+                    continue
+                root = self.al.find(base.id)
+                if root in reads or root in arg_roots:
+                    continue
+                info["skip_old"] = True
+                names = {info.get("old"), info.get("restore")}
+                keep = [it for it in keep if it[0] not in names]
+                info.pop("restore", None)
+            self.stmt_pushes[blk.id] = keep
+        self._mem_frozen = True
 
     def remat_src(self, a: Var, local: Dict[str, str]) -> str:
         from ..ssa.emit import INFIX as _INFIX
@@ -429,8 +475,13 @@ class ArrayMixin:
             nt = array_ndim(self.kind(target))
             if ne >= nt and ne > 0:
                 code.add(ind, f"_zyg_acc_{nt}_{ne}({sh}, {expr})", loc)
-            else:
+            elif sh.endswith("]") or sh.isidentifier():
                 code.add(ind, f"{sh} += {expr}", loc)
+            else:
+                # a view that is not a subscript (a.T, a reshape): add through a name
+                t = f"_sv{self.new_tmp()}"
+                code.add(ind, f"{t} = {sh}", loc)
+                code.add(ind, f"{t} += {expr}", loc)
         else:
             d = self.dname(target)
             code.add(ind, f"{d} += np.sum({expr})" if ne > 0 else f"{d} += {expr}", loc)
@@ -452,7 +503,7 @@ class ArrayMixin:
         if isinstance(fn, SetItem):
             idx = index_src(fn.spec, args[1:-1])
             target = f"{args[0]}[{idx}]"
-            if record:
+            if record and not info.get("skip_old"):
                 if is_array(info["old_kind"]):
                     if loop:
                         self.push_now(info["old"], target, info["old_kind"], ind, code)
@@ -465,7 +516,7 @@ class ArrayMixin:
             code.add(ind, f"{target} = {args[-1]}", st.loc)
             return
         if isinstance(fn, InPlace) and info["kind"] == "inplace":
-            if record:
+            if record and not info.get("skip_old"):
                 if loop:
                     self.push_now(info["old"], args[0], self.kind(e.args[0]), ind, code)
                 else:
@@ -597,19 +648,21 @@ class ArrayMixin:
             val = e.args[-1]
             if base.id in self.p.active:
                 sh = f"{self.shadow(base, local)}[{idx}]"
+                g = f"_g{self.new_tmp()}"
                 if is_array(info["old_kind"]):
-                    code.add(ind, f"_g = {sh}.copy()", st.loc)
+                    code.add(ind, f"{g} = {sh}.copy()", st.loc)
                     code.add(ind, f"{sh} = 0", st.loc)
-                    self.accumulate(val, "_g", array_ndim(info["old_kind"]), local, ind, code, st.loc)
+                    self.accumulate(val, g, array_ndim(info["old_kind"]), local, ind, code, st.loc)
                 else:
-                    code.add(ind, f"_g = {sh}", st.loc)
+                    code.add(ind, f"{g} = {sh}", st.loc)
                     code.add(ind, f"{sh} = 0", st.loc)
                     if isinstance(val, Var) and val.id in self.p.active:
-                        code.add(ind, f"{self.dname(val)} += _g", st.loc)
-            old = local.get(info["old"], info["old"])
-            if old == info["old"] and not loop:
-                self.adj_uses.add(old)
-            code.add(ind, f"{self.arr_value(base, local)}[{idx}] = {old}", st.loc)
+                        code.add(ind, f"{self.dname(val)} += {g}", st.loc)
+            if not info.get("skip_old"):
+                old = local.get(info["old"], info["old"])
+                if old == info["old"] and not loop:
+                    self.adj_uses.add(old)
+                code.add(ind, f"{self.arr_value(base, local)}[{idx}] = {old}", st.loc)
             return
         if kind == "inplace":
             a, b = e.args
@@ -632,7 +685,8 @@ class ArrayMixin:
                 else:
                     self.accumulate(b, f"-{g} * {old} / ({bv} * {bv})", na, local, ind, code, st.loc)
                     code.add(ind, f"{g} /= {bv}", st.loc)
-            code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
+            if not info.get("skip_old"):
+                code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
             return
         if kind in ("plain", "view", "source"):
             if kind == "source":

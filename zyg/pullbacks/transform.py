@@ -206,6 +206,9 @@ class Emitter(ArrayMixin):
         """
         self.counted: Dict[int, Tuple[int, int]] = {}
         self.recompute: Dict[int, Tuple[Any, int, int]] = {}
+        # counters of nested loops whose start value changes between entries (t = t0 + r):
+        # the start is pushed when the loop exits, with the trip count
+        self.init_push: Dict[int, List[Tuple[str, str]]] = {}
         for h, body in self.p.loops.items():
             ps = self.p.preds[h]
             if len(ps) != 2:
@@ -223,7 +226,8 @@ class Emitter(ArrayMixin):
                 if self.kind(prm) != "int":
                     continue
                 init, nxt = oargs[k], largs[k]
-                if isinstance(init, Var) and self.needs_push(h, self.p.defblock[init.id]):
+                pushed_init = isinstance(init, Var) and self.needs_push(h, self.p.defblock[init.id])
+                if pushed_init and (len(self.p.loops_of[h]) < 2 or self.kind(init) != "int"):
                     continue
                 if not isinstance(nxt, Var) or nxt.id not in stmts:
                     continue
@@ -241,8 +245,28 @@ class Emitter(ArrayMixin):
                     if isinstance(a, Var) and a.id == prm.id and isinstance(b, Const) and type(b.value) is int:
                         step = -b.value
                 if step is not None:
+                    if pushed_init:
+                        self.init_push.setdefault(h, []).append((var_name(init), f"_ini{prm.id}"))
+                        init = f"_ini{prm.id}"
                     self.recompute[prm.id] = (init, step, h)
         self.count_scalars = [f"_n{h}" for h in sorted(self.counted)]
+
+    def exit_items(self, src: int, target: int) -> List[Tuple[str, str]]:
+        """What the edge src->target pushes for the nested counted loops it leaves:
+        each loop's trip count and the start values of its recomputed counters."""
+        out = []
+        for h in self.exited_counts(src, target):
+            out.append((f"_n{h}", "int"))
+            out += [(name, "int") for name, _ in self.init_push.get(h, [])]
+        return out
+
+    def exit_pops(self, src: int, target: int) -> List[str]:
+        """Adjoint names the exit items are popped into, in push order."""
+        out = []
+        for h in self.exited_counts(src, target):
+            out.append(f"_n{h}")
+            out += [ini for _, ini in self.init_push.get(h, [])]
+        return out
 
     def recomputable(self, a, blk_id: int) -> bool:
         """A loop counter is recomputed from the trip count inside its loop only: after
@@ -360,7 +384,7 @@ class Emitter(ArrayMixin):
         if any(len(self.p.preds[t]) > 1 and self.in_loop(t) and t not in self.counted
                for t in blk.successors()):
             need["t"] = need.get("t", 0) + 1
-        exits = max([len(self.exited_counts(blk.id, t)) for t in blk.successors()] or [0])
+        exits = max([len(self.exit_items(blk.id, t)) for t in blk.successors()] or [0])
         if exits:
             need["i"] = need.get("i", 0) + exits
         return need
@@ -427,9 +451,9 @@ class Emitter(ArrayMixin):
             code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
         ps = self.p.preds[target]
         if record:
-            ex = self.exited_counts(src_blk, target)
+            ex = self.exit_items(src_blk, target)
             if ex:
-                self.push_code([(f"_n{h}", "int") for h in ex], ind, code)
+                self.push_code(ex, ind, code)
         if record and target in self.counted:
             if src_blk == self.counted[target][0]:
                 code.add(ind, f"_n{target} = 0")
@@ -458,11 +482,8 @@ class Emitter(ArrayMixin):
             code.add(ind, "while True:")
             ind += 1
         code.add(ind, "while True:")
-        first = True
-        for blk in self.fn.iter_blocks():
-            code.add(ind + 1, f"{'if' if first else 'elif'} _blk == {blk.id}:")
-            first = False
-            i2 = ind + 2
+        def case(bid: int, i2: int) -> None:
+            blk = self.fn.blocks[bid]
             if blk.id in self.simple_loops:
                 # a two-block loop runs as a real while loop inside its case
                 body = self.fn.blocks[self.simple_loops[blk.id]]
@@ -474,8 +495,9 @@ class Emitter(ArrayMixin):
                 if grows:
                     code.add(i2, f"if _blk == {blk.id} or _blk == {body.id}:")
                     code.add(i2 + 1, "break")
-                continue
+                return
             self.primal_block(blk, i2, code, record, grows)
+        dispatch(code, ind + 1, list(self.fn.order), case)
         if grows:
             code.add(ind, "if _blk == -1:")
             code.add(ind + 1, "break")
@@ -553,6 +575,9 @@ class Emitter(ArrayMixin):
             for st in blk.stmts:
                 if st.var is not None:
                     names[st.var.id] = st.var
+        for h in sorted(self.init_push):
+            for _, ini in self.init_push[h]:
+                code.add(ind, f"{ini} = 0")
         for vid in active_vars:
             v = names[vid]
             if self.is_arr(v):
@@ -567,11 +592,8 @@ class Emitter(ArrayMixin):
                 code.add(ind, f"{self.dname(rv)} = _dy")
         code.add(ind, f"_blk = {ret_blk.id}")
         code.add(ind, "while True:")
-        first = True
-        for blk in reversed([fn.blocks[b] for b in fn.order]):
-            code.add(ind + 1, f"{'if' if first else 'elif'} _blk == {blk.id}:")
-            first = False
-            i2 = ind + 2
+        def case(bid: int, i2: int) -> None:
+            blk = fn.blocks[bid]
             if blk.id in self.simple_loops:
                 body = self.fn.blocks[self.simple_loops[blk.id]]
                 code.add(i2, "while True:")
@@ -579,8 +601,9 @@ class Emitter(ArrayMixin):
                 code.add(i2 + 1, f"if _blk != {body.id}:")
                 code.add(i2 + 2, "break")
                 self.adjoint_block(body, i2 + 1, code)
-                continue
+                return
             self.adjoint_block(blk, i2, code)
+        dispatch(code, ind + 1, list(reversed(fn.order)), case)
 
     def adjoint_block(self, blk, i2: int, code: Code) -> None:
         """Reverse of one block: pop residuals, run pullbacks backwards, go to the predecessor."""
@@ -614,7 +637,8 @@ class Emitter(ArrayMixin):
         cur = getattr(self, "_adj_blk", None)
         if cur is not None and self.recomputable(a, cur):
             init, step, h = self.recompute[a.id]
-            return f"({self.value_ref(init, local)} + {step} * _n{h})"
+            start = init if isinstance(init, str) else self.value_ref(init, local)
+            return f"({start} + {step} * _n{h})"
         n = var_name(a)
         if n in local:
             return local[n]
@@ -718,9 +742,9 @@ class Emitter(ArrayMixin):
                         rhs.append(self.dname(p))
                         self.adj_uses.add(self.dname(p))
                 code.add(i2, f"{', '.join(lhs)} = {', '.join(rhs)}")
-            for h in reversed(self.exited_counts(pred, blk.id)):
+            for name in reversed(self.exit_pops(pred, blk.id)):
                 code.add(i2, "_isp -= 1")
-                code.add(i2, f"_n{h} = _is[_isp]")
+                code.add(i2, f"{name} = _is[_isp]")
             code.add(i2, f"_blk = {pred}")
 
         if fun and not cyc and self.in_loop(blk.id):
@@ -830,9 +854,39 @@ class Emitter(ArrayMixin):
         return outs
 
 
+DISPATCH_TREE_MIN = 10 ** 6
+
+
+def dispatch(code: Code, ind: int, ids: List[int], case: Callable[[int, int], None]) -> None:
+    """The cases of a dispatch loop: an if/elif chain for a few blocks, a binary
+    search over block ids for many (a chain of 100 blocks cost GMM's primal 9x:
+    LLVM does not turn numba's comparisons into a switch)."""
+    if len(ids) <= DISPATCH_TREE_MIN:
+        for k, b in enumerate(ids):
+            code.add(ind, f"{'if' if k == 0 else 'elif'} _blk == {b}:")
+            case(b, ind + 1)
+        return
+
+    def tree(sub: List[int], i: int) -> None:
+        if len(sub) <= 3:
+            for k, b in enumerate(sub):
+                code.add(i, f"{'if' if k == 0 else 'elif'} _blk == {b}:")
+                case(b, i + 1)
+            return
+        mid = len(sub) // 2
+        code.add(i, f"if _blk < {sub[mid]}:")
+        tree(sub[:mid], i + 1)
+        code.add(i, "else:")
+        tree(sub[mid:], i + 1)
+    tree(sorted(ids), ind)
+
+
 def _header(fn: Function, name: str, extra: List[str]) -> str:
     params = [var_name(p) for p in fn.params] + extra
     return f"def {name}({', '.join(params)}):"
+
+
+SPLIT_BLOCKS = 16
 
 
 def emit_fused(p: Plan, name: str, wrap, value: bool = True):
@@ -844,7 +898,14 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True):
     lands in memory that is already mapped (fresh pages cost more than the
     primal itself on the Taylor workload).  With ``value=False`` the value is
     omitted from the result.
+
+    Functions with many blocks get their primal and adjoint as two functions that
+    ``name`` calls: LLVM optimises the two halves of one large function much worse
+    (the GMM gradient ran 3x slower as one function).  Returns also ``parts``, the
+    names to compile before ``name``.
     """
+    if len(p.fn.order) >= SPLIT_BLOCKS:
+        return _emit_fused_split(p, name, wrap, value)
     em = Emitter(p, wrap)
     adj = Code()
     em.adjoint(adj, 1)
@@ -867,7 +928,63 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True):
     res = ([("_ret")] if value else []) + [g] + [f"_{s}s" for s in stacks]
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
     diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]
-    return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks]
+    return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks], []
+
+
+def _emit_fused_split(p: Plan, name: str, wrap, value: bool):
+    em = Emitter(p, wrap)
+    code, tape = _split_code(em, p, name, pooled=True, replay=False)
+    stacks = sorted(em.stack_used)
+    outs = em.grad_outputs()
+    code.add(0, "")
+    code.add(0, _header(p.fn, name, [f"_{s}0" for s in stacks]))
+    what = "Value and gradient" if value else "Gradient"
+    code.add(1, f'"""{what} of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
+    args = ", ".join([var_name(q) for q in p.fn.params] + [f"_{s}0" for s in stacks])
+    code.add(1, f"_ret, _tp = {name}_primal({args})")
+    code.add(1, f"_g = {name}_adjoint({''.join(f'_tp[{k}], ' for k in range(len(tape)))}1.0)")
+    g = "_g[0]" if len(outs) == 1 else "_g"
+    res = (["_ret"] if value else []) + [g] + [f"_tp[{tape.index(f'_{s}s')}]" for s in stacks]
+    code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
+    diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]
+    return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks], \
+        [name + "_primal", name + "_adjoint"]
+
+
+def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
+    """Source of ``name_primal`` and ``name_adjoint``; returns (code, tape names)."""
+    adj = Code()
+    em.adjoint(adj, 1)
+    em.grad_outputs()      # registers the shadows it returns as tape entries
+    if replay:
+        pro = Code()
+        for vid, v in sorted(em.shadow_roots.items()):
+            d = em.dname(v)
+            if d in em.adj_uses:
+                pro.add(1, f"{d}[...] = 0")
+        pro.extend(adj)
+        adj = pro
+    tape = []
+    for s in sorted(em.stack_used):
+        tape += [f"_{s}s", f"_{s}sp"]
+    tape += em.tag_scalars + em.count_scalars + sorted(em.adj_uses)
+    code = Code()
+    params = [var_name(q) for q in p.fn.params] + ([f"_{s}0" for s in sorted(em.stack_used)] if pooled else [])
+    code.add(0, f"def {name}_primal({', '.join(params)}):")
+    code.add(1, f'"""Primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}): returns (value, tape)."""')
+    em.stack_init(code, 1, pooled=pooled)
+    em.residual_init(code, 1)
+    em.primal(code, 1, record=True)
+    tt = "(" + "".join(t + ", " for t in tape) + ")"
+    code.add(1, f"return _ret, {tt}")
+    code.add(0, "")
+    code.add(0, f"def {name}_adjoint({', '.join(tape + ['_dy'])}):")
+    code.add(1, f'"""Adjoint of {p.fn.name}: gradients of every float argument."""')
+    code.extend(adj)
+    shadow_names = {em.dname(v) for v in em.shadow_roots.values()}
+    outs = [o + ".copy()" if replay and o in shadow_names else o for o in em.grad_outputs()]
+    code.add(1, "return (" + "".join(o + ", " for o in outs) + ")")
+    return code, tape
 
 
 def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str], bool]:
@@ -877,35 +994,6 @@ def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str], bo
     returns copies of the gradients.  (Functions that write into arrays rewind
     them in the adjoint, so their ``back`` runs once; the API enforces it.)"""
     em = Emitter(p, wrap)
-    adj = Code()
-    em.adjoint(adj, 1)
-    em.grad_outputs()      # registers the shadows it returns as tape entries
-    pro = Code()
-    for vid, v in sorted(em.shadow_roots.items()):
-        d = em.dname(v)
-        if d in em.adj_uses:
-            pro.add(1, f"{d}[...] = 0")
-    pro.extend(adj)
-    adj = pro
-    tape = []
-    for s in sorted(em.stack_used):
-        tape += [f"_{s}s", f"_{s}sp"]
-    tape += em.tag_scalars + em.count_scalars + sorted(em.adj_uses)
-    code = Code()
-    code.add(0, f"def {name}_primal({', '.join(var_name(q) for q in p.fn.params)}):")
-    code.add(1, f'"""Primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}): returns (value, tape)."""')
-    em.stack_init(code, 1)
-    em.residual_init(code, 1)
-    em.primal(code, 1, record=True)
-    tt = "(" + "".join(t + ", " for t in tape) + ")"
-    code.add(1, f"return _ret, {tt}")
-    code.add(0, "")
-    code.add(0, f"def {name}_adjoint({', '.join(tape + ['_dy'])}):")
-    code.add(1, f'"""Adjoint of {p.fn.name}: gradients of every float argument."""')
-    code.extend(adj)
-    outs = [o + ".copy()" if o in em.adj_uses and o.startswith("d") and
-            any(em.dname(v) == o for v in em.shadow_roots.values()) else o for o in em.grad_outputs()]
-    code.add(1, "return (" + "".join(o + ", " for o in outs) + ")")
-    from ..ssa.prims import SetItem
+    code, tape = _split_code(em, p, name, pooled=False, replay=True)
     mutates = bool(em.al.mutated)
     return code, em.ns, tape, mutates

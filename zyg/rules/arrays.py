@@ -198,7 +198,7 @@ def _cumsum(c: Ctx, i: int) -> Optional[str]:
     ax = _axis(c)
     if ax is None:
         rev = f"np.cumsum(np.ravel({c.dy})[::-1])[::-1]"
-        return rev if c.nd(0) == 1 else f"np.reshape({rev}, {c.x[0]}.shape)"
+        return rev if c.nd(0) == 1 else f"np.reshape({rev}.copy(), {c.x[0]}.shape)"
     if c.nd(0) == 1:
         return f"np.cumsum({c.dy}[::-1])[::-1]"
     if c.nd(0) == 2:
@@ -231,8 +231,33 @@ def _dot(c: Ctx, i: int) -> Optional[str]:
 ARRAY_RULES[np.dot] = ARule(_dot)
 ARRAY_RULES[operator.matmul] = ARule(_dot)
 ARRAY_RULES[np.matmul] = ARule(_dot)
-ARRAY_RULES[np.outer] = ARule(lambda c, i: f"{c.dy} @ {c.x[1]}" if i == 0 else f"{c.x[0]} @ {c.dy}")
-ARRAY_RULES[np.inner] = ARRAY_RULES[np.dot]
+def _outer(c: Ctx, i: int) -> str:
+    # np.outer flattens its operands
+    a, b, dy = c.x[0], c.x[1], c.dy
+    if i == 0:
+        g = f"{dy} @ np.ravel({b})"
+        return g if c.nd(0) == 1 else f"np.reshape({g}, {a}.shape)"
+    g = f"np.ravel({a}) @ {dy}"
+    return g if c.nd(1) == 1 else f"np.reshape({g}, {b}.shape)"
+
+
+ARRAY_RULES[np.outer] = ARule(_outer)
+
+
+def _inner(c: Ctx, i: int) -> Optional[str]:
+    """np.inner contracts the last axes of both operands."""
+    na, nb = c.nd(0), c.nd(1)
+    a, b, dy = c.x[0], c.x[1], c.dy
+    if (na, nb) in ((1, 1), (2, 1)) or na == 0 or nb == 0:
+        return _dot(c, i)
+    if (na, nb) == (1, 2):            # y = b @ a
+        return f"{dy} @ {b}" if i == 0 else f"np.outer({dy}, {a})"
+    if (na, nb) == (2, 2):            # y = a @ b.T
+        return f"{dy} @ {b}" if i == 0 else f"np.ascontiguousarray({dy}.T) @ {a}"
+    raise _RuleError("np.inner is differentiable for 1-D and 2-D operands")
+
+
+ARRAY_RULES[np.inner] = ARule(_inner)
 
 
 def _norm(c: Ctx, i: int) -> Optional[str]:
@@ -418,6 +443,17 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         ax = kwargs["axis"][1]
     if fn is builtins.abs and kinds and is_array(kinds[0]):
         return f"np.abs({args[0]})"
+    if fn in (np.dot, np.matmul, np.inner) and len(args) == 2 and not kwargs:
+        na = array_ndim(kinds[0]) if is_array(kinds[0]) else 0
+        nb = array_ndim(kinds[1]) if is_array(kinds[1]) else 0
+        a, b = args
+        if na == 0 or nb == 0:          # numba's np.dot takes no scalars
+            return f"({a} * {b})"
+        if fn is np.inner and (na, nb) == (1, 2):
+            return f"({b} @ {a})"
+        if fn is np.inner and (na, nb) == (2, 2):
+            return f"({a} @ np.ascontiguousarray({b}.T))"
+        return f"({a} @ {b})"           # numba cannot type np.matmul itself
     if ax is None or ax is _NOCONST:
         return None
     nd = array_ndim(kinds[0]) if kinds and is_array(kinds[0]) else 0
@@ -425,6 +461,8 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         ax += nd
     if fn is np.mean:
         return f"np.sum({args[0]}, axis={ax}) / {args[0]}.shape[{ax}]"
+    if nd == 1 and ax == 0 and fn in (np.cumsum, np.max, np.min, np.amax, np.amin, np.prod, np.sum):
+        return f"np.{fn.__name__}({args[0]})"
     if fn in AXIS_HELPERS:
         if nd != 2:
             raise _RuleError(f"np.{fn.__name__} with an axis is supported on 2-D arrays")

@@ -248,7 +248,7 @@ def is_view_op(fn: Any, args, kinds) -> bool:
         return fn.attr in ("T", "real", "imag")
     if isinstance(fn, InPlace):
         return True
-    return fn in (np.reshape, np.transpose, np.ravel)
+    return fn in (np.reshape, np.transpose)
 
 
 class Aliases:
