@@ -149,6 +149,7 @@ class Emitter(ArrayMixin):
         self.rules: Dict[int, ConvertedRule] = {}
         self._find_counted_loops()
         self._find_simple_loops()
+        self._find_inlining()
         self._prepare()
 
     # -- helpers ------------------------------------------------------------------
@@ -465,6 +466,9 @@ class Emitter(ArrayMixin):
                 self.push_code([(str(k), "tag")], ind, code)
             else:
                 code.add(ind, f"_tag{target} = {k}")
+        if target in self.p_inline:
+            self.primal_block(self.fn.blocks[target], ind, code, record, self._grows, inlined=True)
+            return
         code.add(ind, f"_blk = {target}")
 
     def primal(self, code: Code, ind: int, record: bool) -> None:
@@ -477,6 +481,7 @@ class Emitter(ArrayMixin):
         """
         grows = record and bool(self.stack_used)
         self._record = record
+        self._grows = grows
         code.add(ind, f"_blk = {self.fn.order[0]}")
         if grows:
             code.add(ind, "while True:")
@@ -497,13 +502,13 @@ class Emitter(ArrayMixin):
                     code.add(i2 + 1, "break")
                 return
             self.primal_block(blk, i2, code, record, grows)
-        dispatch(code, ind + 1, list(self.fn.order), case)
+        dispatch(code, ind + 1, [b for b in self.fn.order if b not in self.p_inline], case)
         if grows:
             code.add(ind, "if _blk == -1:")
             code.add(ind + 1, "break")
             most: Dict[str, int] = {}
             for blk in self.fn.iter_blocks():
-                for s, n in self.block_demand(blk).items():
+                for s, n in self.total_demand(blk).items():
                     most[s] = max(most.get(s, 0), n)
             for s in sorted(self.stack_used):
                 room = most.get(s, 0) + 64
@@ -511,8 +516,9 @@ class Emitter(ArrayMixin):
                 code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, _{s}sp + {room})")
                 code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
 
-    def primal_block(self, blk, i2: int, code: Code, record: bool, grows: bool) -> None:
-        need = self.block_demand(blk) if record else {}
+    def primal_block(self, blk, i2: int, code: Code, record: bool, grows: bool,
+                     inlined: bool = False) -> None:
+        need = self.total_demand(blk) if record and not inlined else {}
         if need:
             cond = " or ".join(f"_{s}sp + {n} > _{s}cap" for s, n in sorted(need.items()))
             code.add(i2, f"if {cond}:")
@@ -541,6 +547,38 @@ class Emitter(ArrayMixin):
             if grows:
                 code.add(i2, "_blk = -1")
             code.add(i2, "break")
+
+    def _find_inlining(self) -> None:
+        """Blocks emitted inside the block that jumps to them instead of as dispatch cases.
+
+        Primal: a block with one predecessor (not a loop header, not part of a
+        two-block loop) runs right after it.  Adjoint: a block with one successor
+        is only ever entered, backwards, from that successor's adjoint.  This
+        removes most dispatches (each one an unpredictable indirect jump) from
+        code with branches and nested loops.
+        """
+        special = set(self.simple_loops) | set(self.simple_loops.values())
+        entry = self.fn.order[0]
+        self.p_inline: Set[int] = set()
+        self.a_inline: Set[int] = set()
+        for b in self.fn.order:
+            ps = self.p.preds[b]
+            if b != entry and b not in self.p.loops and b not in special and len(ps) == 1 \
+                    and ps[0] not in special:
+                self.p_inline.add(b)
+            succ = set(self.fn.blocks[b].successors())
+            if len(succ) == 1 and b not in special and not (succ & special) and b not in self.p.loops and \
+                    len(self.fn.blocks[b].successors()) == 1:
+                self.a_inline.add(b)
+
+    def total_demand(self, blk) -> Dict[str, int]:
+        """Stack slots a block and the blocks inlined into it may push (checked once)."""
+        need = dict(self.block_demand(blk))
+        for t in set(blk.successors()):
+            if t in self.p_inline:
+                for k, v in self.total_demand(self.fn.blocks[t]).items():
+                    need[k] = need.get(k, 0) + v
+        return need
 
     def _find_simple_loops(self) -> None:
         """Loops of a header H and one body block B (H: test; B: body, jump back to H).
@@ -592,18 +630,22 @@ class Emitter(ArrayMixin):
                 code.add(ind, f"{self.dname(rv)} = _dy")
         code.add(ind, f"_blk = {ret_blk.id}")
         code.add(ind, "while True:")
+        self._in_simple = False
+
         def case(bid: int, i2: int) -> None:
             blk = fn.blocks[bid]
             if blk.id in self.simple_loops:
                 body = self.fn.blocks[self.simple_loops[blk.id]]
+                self._in_simple = True
                 code.add(i2, "while True:")
                 self.adjoint_block(blk, i2 + 1, code)
                 code.add(i2 + 1, f"if _blk != {body.id}:")
                 code.add(i2 + 2, "break")
                 self.adjoint_block(body, i2 + 1, code)
+                self._in_simple = False
                 return
             self.adjoint_block(blk, i2, code)
-        dispatch(code, ind + 1, list(reversed(fn.order)), case)
+        dispatch(code, ind + 1, [b for b in reversed(fn.order) if b not in self.a_inline], case)
 
     def adjoint_block(self, blk, i2: int, code: Code) -> None:
         """Reverse of one block: pop residuals, run pullbacks backwards, go to the predecessor."""
@@ -745,6 +787,11 @@ class Emitter(ArrayMixin):
             for name in reversed(self.exit_pops(pred, blk.id)):
                 code.add(i2, "_isp -= 1")
                 code.add(i2, f"{name} = _is[_isp]")
+            if pred in self.a_inline and not self._in_simple:
+                saved = self._adj_blk
+                self.adjoint_block(self.fn.blocks[pred], i2, code)
+                self._adj_blk = saved
+                return
             code.add(i2, f"_blk = {pred}")
 
         if fun and not cyc and self.in_loop(blk.id):
