@@ -492,11 +492,12 @@ class Emitter(ArrayMixin):
             if blk.id in self.simple_loops:
                 # a two-block loop runs as a real while loop inside its case
                 body = self.fn.blocks[self.simple_loops[blk.id]]
+                hoist = self.hoisted_check(blk, body, i2, code) if record and grows else False
                 code.add(i2, "while True:")
-                self.primal_block(blk, i2 + 1, code, record, grows)
+                self.primal_block(blk, i2 + 1, code, record, grows, inlined=hoist)
                 code.add(i2 + 1, f"if _blk != {body.id}:")
                 code.add(i2 + 2, "break")
-                self.primal_block(body, i2 + 1, code, record, grows)
+                self.primal_block(body, i2 + 1, code, record, grows, inlined=hoist)
                 if grows:
                     code.add(i2, f"if _blk == {blk.id} or _blk == {body.id}:")
                     code.add(i2 + 1, "break")
@@ -512,9 +513,11 @@ class Emitter(ArrayMixin):
                     most[s] = max(most.get(s, 0), n)
             for s in sorted(self.stack_used):
                 room = most.get(s, 0) + 64
-                code.add(ind, f"if _{s}sp + {room} > _{s}cap:")
-                code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, _{s}sp + {room})")
+                # _<s>want: the room a whole counted loop asked for (hoisted_check)
+                code.add(ind, f"if _{s}sp + {room} > _{s}cap or _{s}want > _{s}cap:")
+                code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, max(_{s}sp + {room}, _{s}want))")
                 code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
+                code.add(ind + 1, f"_{s}want = 0")
 
     def primal_block(self, blk, i2: int, code: Code, record: bool, grows: bool,
                      inlined: bool = False) -> None:
@@ -570,6 +573,48 @@ class Emitter(ArrayMixin):
             if len(succ) == 1 and b not in special and not (succ & special) and b not in self.p.loops and \
                     len(self.fn.blocks[b].successors()) == 1:
                 self.a_inline.add(b)
+
+    def hoisted_check(self, head, body, ind: int, code: Code) -> bool:
+        """For a counted two-block loop ``for i in range(lo, stop, step)`` (step > 0,
+        ``stop`` fixed during the loop), check the stack room of all its remaining
+        iterations once, before it starts: the loop body then has no exit but the loop
+        test, which lets LLVM optimise it as it does the primal's."""
+        import operator as _op
+        if len(head.stmts) != 1 or not isinstance(head.term, Branch):
+            return False
+        st = head.stmts[0]
+        e = st.expr
+        if e.fn is not _op.lt or len(e.args) != 2 or head.term.cond != st.var:
+            return False
+        i, stop = e.args
+        if not isinstance(i, Var) or i.id not in self.recompute or self.recompute[i.id][2] != head.id:
+            return False
+        step = self.recompute[i.id][1]
+        if step <= 0 or head.term.true != body.id:
+            return False
+        if isinstance(stop, Var) and (self.p.defblock.get(stop.id) in self.p.loops[head.id]):
+            return False
+        if self.kind(stop) != "int":
+            return False
+        dh = self.total_demand(head)
+        db = self.total_demand(body)
+        if not dh and not db:
+            return True
+        trip = f"_trip{head.id}"
+        code.add(ind, f"{trip} = ({self.src(stop)} - {var_name(i)} + {step - 1}) // {step}")
+        code.add(ind, f"if {trip} < 0:")
+        code.add(ind + 1, f"{trip} = 0")
+        conds = []
+        wants = []
+        for sname in sorted(set(dh) | set(db)):
+            total = f"_{sname}sp + {dh.get(sname, 0)} * ({trip} + 1) + {db.get(sname, 0)} * {trip}"
+            conds.append(f"{total} > _{sname}cap")
+            wants.append(f"_{sname}want = {total}")
+        code.add(ind, f"if {' or '.join(conds)}:")
+        for w in wants:
+            code.add(ind + 1, w)
+        code.add(ind + 1, "break")
+        return True
 
     def total_demand(self, blk) -> Dict[str, int]:
         """Stack slots a block and the blocks inlined into it may push (checked once)."""
@@ -840,6 +885,7 @@ class Emitter(ArrayMixin):
                 code.add(ind, f"_{s}s = np.empty({INITIAL}, {dt})")
                 code.add(ind, f"_{s}cap = {INITIAL}")
             code.add(ind, f"_{s}sp = 0")
+            code.add(ind, f"_{s}want = 0")
         if self.stack_used:
             self.ns.ns["_zyg_grow"] = grow_for(self.p.target)
         if self.arr_vars:
