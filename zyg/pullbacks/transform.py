@@ -492,12 +492,13 @@ class Emitter(ArrayMixin):
             if blk.id in self.simple_loops:
                 # a two-block loop runs as a real while loop inside its case
                 body = self.fn.blocks[self.simple_loops[blk.id]]
-                hoist = self.hoisted_check(blk, body, i2, code) if record and grows else False
+                if self.counted_loop(blk, body, i2, code, record, grows):
+                    return
                 code.add(i2, "while True:")
-                self.primal_block(blk, i2 + 1, code, record, grows, inlined=hoist)
+                self.primal_block(blk, i2 + 1, code, record, grows)
                 code.add(i2 + 1, f"if _blk != {body.id}:")
                 code.add(i2 + 2, "break")
-                self.primal_block(body, i2 + 1, code, record, grows, inlined=hoist)
+                self.primal_block(body, i2 + 1, code, record, grows)
                 if grows:
                     code.add(i2, f"if _blk == {blk.id} or _blk == {body.id}:")
                     code.add(i2 + 1, "break")
@@ -574,46 +575,58 @@ class Emitter(ArrayMixin):
                     len(self.fn.blocks[b].successors()) == 1:
                 self.a_inline.add(b)
 
-    def hoisted_check(self, head, body, ind: int, code: Code) -> bool:
-        """For a counted two-block loop ``for i in range(lo, stop, step)`` (step > 0,
-        ``stop`` fixed during the loop), check the stack room of all its remaining
-        iterations once, before it starts: the loop body then has no exit but the loop
-        test, which lets LLVM optimise it as it does the primal's."""
+    def counted_pattern(self, head, body):
+        """``(i, stop, step)`` when the two-block loop is ``for i in range(lo, stop, step)``
+        with step > 0 and ``stop`` fixed during the loop (its header only tests
+        ``i < stop``), else None."""
         import operator as _op
         if len(head.stmts) != 1 or not isinstance(head.term, Branch):
-            return False
+            return None
         st = head.stmts[0]
         e = st.expr
         if e.fn is not _op.lt or len(e.args) != 2 or head.term.cond != st.var:
-            return False
+            return None
         i, stop = e.args
         if not isinstance(i, Var) or i.id not in self.recompute or self.recompute[i.id][2] != head.id:
-            return False
+            return None
         step = self.recompute[i.id][1]
         if step <= 0 or head.term.true != body.id:
-            return False
+            return None
         if isinstance(stop, Var) and (self.p.defblock.get(stop.id) in self.p.loops[head.id]):
-            return False
+            return None
         if self.kind(stop) != "int":
+            return None
+        return i, stop, step
+
+    def counted_loop(self, head, body, ind: int, code: Code, record: bool, grows: bool) -> bool:
+        """Emit a counted two-block loop as ``for _k in range(trip)`` over its body,
+        then its header once (the test is false: the loop exit).  The stack room of
+        all iterations is checked once before it starts, so the body has no exit:
+        a canonical loop that LLVM optimises as it does the primal's."""
+        pat = self.counted_pattern(head, body) if COUNTED_FOR else None
+        if pat is None:
             return False
-        dh = self.total_demand(head)
-        db = self.total_demand(body)
-        if not dh and not db:
-            return True
+        i, stop, step = pat
         trip = f"_trip{head.id}"
         code.add(ind, f"{trip} = ({self.src(stop)} - {var_name(i)} + {step - 1}) // {step}")
         code.add(ind, f"if {trip} < 0:")
         code.add(ind + 1, f"{trip} = 0")
-        conds = []
-        wants = []
-        for sname in sorted(set(dh) | set(db)):
-            total = f"_{sname}sp + {dh.get(sname, 0)} * ({trip} + 1) + {db.get(sname, 0)} * {trip}"
-            conds.append(f"{total} > _{sname}cap")
-            wants.append(f"_{sname}want = {total}")
-        code.add(ind, f"if {' or '.join(conds)}:")
-        for w in wants:
-            code.add(ind + 1, w)
-        code.add(ind + 1, "break")
+        if record and grows:
+            dh = self.total_demand(head)
+            db = self.total_demand(body)
+            conds, wants = [], []
+            for sname in sorted(set(dh) | set(db)):
+                total = f"_{sname}sp + {dh.get(sname, 0)} * ({trip} + 1) + {db.get(sname, 0)} * {trip}"
+                conds.append(f"{total} > _{sname}cap")
+                wants.append(f"_{sname}want = {total}")
+            if conds:
+                code.add(ind, f"if {' or '.join(conds)}:")
+                for w in wants:
+                    code.add(ind + 1, w)
+                code.add(ind + 1, "break")
+        code.add(ind, f"for _k{head.id} in range({trip}):")
+        self.primal_block(body, ind + 1, code, record, grows, inlined=True)
+        self.primal_block(head, ind, code, record, grows, inlined=True)
         return True
 
     def total_demand(self, blk) -> Dict[str, int]:
@@ -980,6 +993,7 @@ def _header(fn: Function, name: str, extra: List[str]) -> str:
 
 
 SPLIT_BLOCKS = 16
+COUNTED_FOR = True
 
 
 def emit_fused(p: Plan, name: str, wrap, value: bool = True):
