@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from ..ssa.analysis import array_dtype, array_ndim, is_array
+from ..ssa.analysis import array_ndim, is_array
 from ..ssa.prims import ArrayOf, Stacked
 from . import scalar
 from .registry import nondifferentiable
