@@ -51,6 +51,19 @@ def zero_of(kind: str) -> str:
     return ZERO.get(kind, "0.0")
 
 
+_UFUNC = {"+": "np.add", "-": "np.subtract", "*": "np.multiply", "/": "np.divide"}
+
+
+def inplace_src(target: str, op: str, expr: str) -> str:
+    """``target op= expr`` on an array without rebinding a name: ``name += e`` makes
+    numba 0.68 give the name a second definition, which its SSA reconstruction then
+    mixed up with the first one inside deep branches (a size-0 array, out of bounds).
+    Subscripts (``a[1:3] += e``) are stores and stay as they are."""
+    if target.endswith("]"):
+        return f"{target} {op}= {expr}"
+    return f"{_UFUNC[op]}({target}, {expr}, {target})"
+
+
 class ArrayMixin:
     """Methods of :class:`~zyg.pullbacks.transform.Emitter` for arrays."""
 
@@ -475,13 +488,8 @@ class ArrayMixin:
             nt = array_ndim(self.kind(target))
             if ne >= nt and ne > 0:
                 code.add(ind, f"_zyg_acc_{nt}_{ne}({sh}, {expr})", loc)
-            elif sh.endswith("]") or sh.isidentifier():
-                code.add(ind, f"{sh} += {expr}", loc)
             else:
-                # a view that is not a subscript (a.T, a reshape): add through a name
-                t = f"_sv{self.new_tmp()}"
-                code.add(ind, f"{t} = {sh}", loc)
-                code.add(ind, f"{t} += {expr}", loc)
+                code.add(ind, inplace_src(sh, "+", expr), loc)
         else:
             d = self.dname(target)
             code.add(ind, f"{d} += np.sum({expr})" if ne > 0 else f"{d} += {expr}", loc)
@@ -521,7 +529,7 @@ class ArrayMixin:
                     self.push_now(info["old"], args[0], self.kind(e.args[0]), ind, code)
                 else:
                     code.add(ind, f"{info['old']} = {args[0]}.copy()", st.loc)
-            code.add(ind, f"{args[0]} {InPlace.SYMBOL[fn.op]} {args[1]}", st.loc)
+            code.add(ind, inplace_src(args[0], InPlace.SYMBOL[fn.op][0], args[1]), st.loc)
             code.add(ind, f"{lhs}{args[0]}", st.loc)
             return
         if isinstance(fn, InPlace):
@@ -681,10 +689,10 @@ class ArrayMixin:
                     self.accumulate(b, f"-{g}", na, local, ind, code, st.loc)
                 elif op is _o.mul:
                     self.accumulate(b, f"{g} * {old}", na, local, ind, code, st.loc)
-                    code.add(ind, f"{g} *= {bv}", st.loc)
+                    code.add(ind, inplace_src(g, "*", bv), st.loc)
                 else:
                     self.accumulate(b, f"-{g} * {old} / ({bv} * {bv})", na, local, ind, code, st.loc)
-                    code.add(ind, f"{g} /= {bv}", st.loc)
+                    code.add(ind, inplace_src(g, "/", bv), st.loc)
             if not info.get("skip_old"):
                 code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
             return

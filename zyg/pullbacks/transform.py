@@ -56,20 +56,42 @@ class Plan:
 
 
 def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
-    """A copy of ``fn`` where ``x op= y`` on numbers is the plain operation."""
+    """A copy of ``fn`` for these kinds: ``x op= y`` on numbers is the plain operation;
+    on arrays its result *is* ``x`` (same memory), so uses of the result are replaced by
+    ``x`` - which makes a loop parameter carrying ``c`` through ``c += ...`` trivial."""
     import copy
+    from ..ssa.passes import _substitute, remove_trivial_params, verify
     out = copy.copy(fn)
     out.blocks = {}
+    alias: Dict[int, Any] = {}
     for b, blk in fn.blocks.items():
         nb = copy.copy(blk)
+        nb.params = list(blk.params)
         nb.stmts = []
         for st in blk.stmts:
             e = st.expr
-            if isinstance(e.fn, InPlace) and not (isinstance(e.args[0], Var)
-                                                   and is_array(kinds.get(e.args[0].id, ""))):
-                st = Stmt(st.var, Call(e.fn.op, list(e.args), dict(e.kwargs)), st.loc)
-            nb.stmts.append(st)
+            fnc = e.fn
+            if isinstance(fnc, InPlace):
+                if isinstance(e.args[0], Var) and is_array(kinds.get(e.args[0].id, "")):
+                    alias[st.var.id] = e.args[0]
+                else:
+                    fnc = fnc.op
+            nb.stmts.append(Stmt(st.var, Call(fnc, list(e.args), dict(e.kwargs)), st.loc))
+        t = blk.term
+        if isinstance(t, Jump):
+            t = Jump(t.target, list(t.args))
+        elif isinstance(t, Branch):
+            t = Branch(t.cond, t.true, list(t.true_args), t.false, list(t.false_args))
+        elif isinstance(t, Return):
+            t = Return(t.value)
+        nb.term = t
         out.blocks[b] = nb
+    out.order = list(fn.order)
+    if alias:
+        _substitute(out, alias)
+        # the in-place statements keep their own operand
+        remove_trivial_params(out)
+        verify(out, "specialize")
     return out
 
 
@@ -482,7 +504,15 @@ class Emitter(ArrayMixin):
         grows = record and bool(self.stack_used)
         self._record = record
         self._grows = grows
-        code.add(ind, f"_blk = {self.fn.order[0]}")
+        entry = self.fn.blocks[self.fn.order[0]]
+        hoisted = self.entry_hoistable(entry)
+        if hoisted:
+            # the entry block runs once, first: outside the dispatch loop its arrays have
+            # one unconditional definition (numba 0.68 mis-resolved arrays defined in
+            # the dispatch loop's entry case inside deep branches of the adjoint)
+            self.primal_block(entry, ind, code, record, grows, inlined=True)
+        else:
+            code.add(ind, f"_blk = {self.fn.order[0]}")
         if grows:
             code.add(ind, "while True:")
             ind += 1
@@ -504,7 +534,8 @@ class Emitter(ArrayMixin):
                     code.add(i2 + 1, "break")
                 return
             self.primal_block(blk, i2, code, record, grows)
-        dispatch(code, ind + 1, [b for b in self.fn.order if b not in self.p_inline], case)
+        dispatch(code, ind + 1, [b for b in self.fn.order if b not in self.p_inline
+                                 and not (hoisted and b == entry.id)], case)
         if grows:
             code.add(ind, "if _blk == -1:")
             code.add(ind + 1, "break")
@@ -627,6 +658,18 @@ class Emitter(ArrayMixin):
         code.add(ind, f"for _k{head.id} in range({trip}):")
         self.primal_block(body, ind + 1, code, record, grows, inlined=True)
         self.primal_block(head, ind, code, record, grows, inlined=True)
+        return True
+
+    def entry_hoistable(self, entry) -> bool:
+        """The entry block (and the blocks inlined into it) push nothing and do not return."""
+        if self.total_demand(entry):
+            return False
+        todo = [entry]
+        while todo:
+            b = todo.pop()
+            if isinstance(b.term, Return):
+                return False
+            todo += [self.fn.blocks[t] for t in set(b.successors()) if t in self.p_inline]
         return True
 
     def total_demand(self, blk) -> Dict[str, int]:
@@ -932,12 +975,20 @@ class Emitter(ArrayMixin):
                 if st.var is not None:
                     cross.add(var_name(st.var))
         shadows = {self.dname(v) for v in self.shadow_roots.values()}
-        for n in sorted(cross - params - shadows):
+        # arrays defined in the entry block (which runs first, once) get no placeholder:
+        # a placeholder array redefined later inside the dispatch loop made numba 0.68
+        # read the placeholder in a branch of the adjoint (a size-0 array: out of bounds)
+        entry = self.fn.blocks[self.fn.order[0]]
+        first = {var_name(st.var) for st in entry.stmts if st.var is not None and self.is_arr(st.var)}
+        first |= {self.dname(v) for v in entry.params + [st.var for st in entry.stmts if st.var is not None]
+                  if v.id in self.shadow_roots}
+        for n in sorted(cross - params - shadows - first):
             if kinds_by_name.get(n, "float") in ("none", "undef", "object"):
                 continue
             code.add(ind, f"{n} = {zero_of(kinds_by_name.get(n, 'float'))}")
         for vid, v in sorted(self.shadow_roots.items()):
-            code.add(ind, f"{self.dname(v)} = {zero_of(self.kind(v))}")
+            if self.dname(v) not in first:
+                code.add(ind, f"{self.dname(v)} = {zero_of(self.kind(v))}")
         for t in self.tag_scalars + self.count_scalars:
             code.add(ind, f"{t} = 0")
 
