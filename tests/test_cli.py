@@ -141,10 +141,10 @@ def test_demo_quick():
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     errors = [float(e) for e in re.findall(r"rel\. error ([0-9.]+e[+-]\d+)", out)]
-    # pow, taylor, bessel: one each; projectile: three arguments
-    assert len(errors) >= 6, out
+    # pow, taylor, bessel: one each; projectile: three arguments; heat: an array and alpha
+    assert len(errors) >= 8, out
     assert max(errors) < 1e-6, out
-    for name in ("pow_loop", "taylor", "bessel_j", "projectile"):
+    for name in ("pow_loop", "taylor", "bessel_j", "projectile", "heat"):
         assert re.search(rf"^{name}\s+\S+e[+-]\d+\s", out, re.M), f"no summary row for {name}:\n{out}"
     assert "numba primal" in out and "ratio" in out and "first call" in out
     assert "FAILED" not in out

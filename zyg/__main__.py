@@ -2,7 +2,7 @@
 
 ``demo`` differentiates a few real functions (a pow loop whose trip count is data,
 a Taylor series, a Bessel power series summed until it converges, a projectile
-simulation with drag and a branch) and prints, for each, the gradient, a
+simulation with drag and a branch, a heat equation updated in place in an array) and prints, for each, the gradient, a
 finite-difference check, the time of the numba primal against the zyg gradient,
 and the first-call latency (transform + compile).
 
@@ -26,6 +26,8 @@ import os
 import statistics
 import sys
 import time
+
+import numpy as np
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 # --- the demo's functions: ordinary Python, exactly as a numba user writes it ----------
@@ -90,6 +92,19 @@ def projectile(angle, speed, drag, dt):
     return xp + (x - xp) * yp / (yp - y)
 
 
+def heat(u0, alpha, steps):
+    """Explicit 1-D heat equation, the array updated in place every time step."""
+    u = u0.copy()
+    n = u.shape[0]
+    for t in range(steps):
+        left = u[0]
+        for i in range(1, n - 1):
+            new = u[i] + alpha * (left - 2.0 * u[i] + u[i + 1])
+            left = u[i]
+            u[i] = new
+    return np.sum(u * u)
+
+
 class DemoCase:
     """One demo function with its arguments (full and --quick) and how to check it."""
 
@@ -126,6 +141,9 @@ CASES = [
              # the range is piecewise smooth: it has small kinks where the number of steps
              # changes; these points and the FD step keep the stencil between two kinks
              (0.7, 50.0, 0.002, 1e-3), (0.7, 50.0, 0.002, 1e-2), argnums=(0, 1, 2), fd_step=1e-5),
+    DemoCase(heat, "heat equation: a stencil updated in place in an array, many time steps",
+             (np.sin(np.linspace(0.0, np.pi, 200)), 0.2, 2_000),
+             (np.sin(np.linspace(0.0, np.pi, 20)), 0.2, 50), argnums=(0, 1), fd_step=1e-5),
 ]
 
 FD_TOLERANCE = 1e-6
@@ -143,6 +161,18 @@ def fd_partial(f: Callable, args: Sequence[Any], i: int, rel: float) -> float:
         a[i] = v
         return float(f(*a))
     return (8.0 * (at(x + h) - at(x - h)) - (at(x + 2 * h) - at(x - 2 * h))) / (12.0 * h)
+
+
+def fd_direction(f: Callable, args: Sequence[Any], i: int, d, rel: float) -> float:
+    """Five-point central difference of ``f`` along direction ``d`` of array argument ``i``."""
+    x = args[i]
+    h = rel * max(float(np.max(np.abs(x))), 1e-300)
+
+    def at(t):
+        a = list(args)
+        a[i] = x + t * d
+        return float(f(*a))
+    return (8.0 * (at(h) - at(-h)) - (at(2 * h) - at(-2 * h))) / (12.0 * h)
 
 
 def rel_err(got: float, ref: float) -> float:
@@ -240,14 +270,23 @@ def run_demo(quick: bool = False, show_source: bool = True, out=None) -> int:
         nums = list(case.argnums) if isinstance(case.argnums, tuple) else [case.argnums]
         grads = list(grad) if isinstance(grad, tuple) else [grad]
         names = list(inspect.signature(fn).parameters)
-        say(f"   {_signature(fn)} at {args}")
+        shown = ", ".join(f"array[{a.size}]" if isinstance(a, np.ndarray) else repr(a) for a in args)
+        say(f"   {_signature(fn)} at ({shown})")
         say(f"   value      {zvalue!r}   (numba primal: {value!r})")
         worst = 0.0
         for i, g in zip(nums, grads):
-            fd = fd_partial(primal, args, i, case.fd_step)
+            if isinstance(g, np.ndarray):
+                # an array argument: the derivative along a random direction
+                d = np.random.default_rng(1).standard_normal(g.shape)
+                fd = fd_direction(primal, args, i, d, case.fd_step)
+                g = float(np.sum(g * d))
+                label = f"d/d{names[i]}.v"
+            else:
+                fd = fd_partial(primal, args, i, case.fd_step)
+                label = f"d/d{names[i]}"
             e = rel_err(g, fd)
             worst = max(worst, e)
-            say(f"   d/d{names[i]:<8} {g:<22.15g} finite difference {fd:<22.15g} rel. error {e:.1e}")
+            say(f"   {label:<10} {g:<22.15g} finite difference {fd:<22.15g} rel. error {e:.1e}")
         if case.exact is not None:
             ex = case.exact(*args)
             if ex is not None:
