@@ -17,7 +17,8 @@ import numpy as np
 from .compile import compile_error, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .pullbacks.transform import emit_fused, emit_split, plan
-from .ssa.analysis import differentiable, is_array, kind_of_value
+from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
+from .ssa.tuples import flatten_value, unflatten
 from .ssa.emit import _ident
 from .ssa.ir import Function
 from .ssa.lower import lower, unwrap
@@ -49,28 +50,35 @@ def ssa_of(f: Any) -> Function:
     return ir
 
 
-_ALLOWED = ("bool", "int", "float")
-_ARRAY_DTYPES = ("f8", "f4", "i8", "i4", "b1")
+_ALLOWED = ("bool", "int", "float", "complex")
+_ARRAY_DTYPES = ("f8", "f4", "c16", "i8", "i4", "b1")
 
 
 def _kinds(args: Sequence[Any], fname: str) -> List[str]:
-    ks = []
     for i, a in enumerate(args):
-        k = kind_of_value(a)
-        if isinstance(a, np.ndarray):
-            if a.dtype.str[1:] not in _ARRAY_DTYPES or not 1 <= a.ndim <= 3:
-                raise TypeMismatch(
-                    f"argument {i} of {fname} is a {a.ndim}-D {a.dtype} array; zyg differentiates "
-                    f"float64 and float32 arrays of 1 to 3 dimensions (and reads int and bool arrays)")
-            ks.append(k)
-            continue
-        if k not in _ALLOWED:
+        _check_arg(a, f"argument {i} of {fname}")
+    return [kind_of_value(a) for a in args]
+
+
+def _check_arg(a: Any, what: str) -> None:
+    if isinstance(a, tuple):
+        # tuples and namedtuples: their elements are checked (the gradient is a tuple)
+        for j, x in enumerate(a):
+            _check_arg(x, f"{what}[{j}]")
+        return
+    k = kind_of_value(a)
+    if isinstance(a, np.ndarray):
+        if a.dtype.str[1:] not in _ARRAY_DTYPES or not 1 <= a.ndim <= 3:
             raise TypeMismatch(
-                f"argument {i} of {fname} is a {type(a).__name__}; this version of zyg "
-                f"differentiates functions of float, int and bool scalars (arrays and complex "
-                f"numbers are on the roadmap)")
-        ks.append(k)
-    return ks
+                f"{what} is a {a.ndim}-D {a.dtype} array; zyg differentiates "
+                f"float64, float32 and complex128 arrays of 1 to 3 dimensions (and reads int and "
+                f"bool arrays)")
+        return
+    if k not in _ALLOWED:
+        raise TypeMismatch(
+            f"{what} is a {type(a).__name__}; this version of zyg "
+            f"differentiates functions of float, complex, int and bool scalars, numpy "
+            f"arrays, and tuples and namedtuples of them")
 
 
 def _normalise_argnums(argnums: Union[int, Sequence[int]], nargs: int) -> Tuple[List[int], bool]:
@@ -100,7 +108,7 @@ class _Specializer:
 
     def build(self, args: Sequence[Any]) -> Callable:
         key = _type_key(args)
-        if any(isinstance(a, np.ndarray) for a in args):
+        if any(isinstance(a, (np.ndarray, tuple)) for a in args):
             disp = self.cache.get(key)
             if not isinstance(disp, _ArrayDispatch):
                 disp = self.cache[key] = _ArrayDispatch(self)
@@ -129,12 +137,20 @@ class _Specializer:
         wrt, single = _normalise_argnums(self.argnums, len(ir.params))
         value = self.mode == "value_and_grad"
         p = plan(ir, kinds, wrt, self.target)
+        if p.ret_kind == "complex":
+            raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns a complex number; grad "
+                               "and value_and_grad need a real output (as JAX's grad without "
+                               "holomorphic=True)",
+                               hint="differentiate a real loss such as abs(z) ** 2 or z.real, or use "
+                                    "zyg.pullback(f, x) and pass a complex dy to back (docs/complex.md)")
         if is_array(p.ret_kind):
             raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns an array; grad and "
                                "value_and_grad need a scalar output",
                                hint="reduce it (np.sum, a loss), or use zyg.pullback(f, x) and pass an "
                                     "array dy to back")
         fname = f"{self.name}_{'vg' if value else 'grad'}"
+        if p.flat is not None:
+            self._args = tuple(_flatten_args(self._args, p.flat.param_trees))
         _, code, ns, diffable, stacks, parts = emit_fused(p, fname, wrap, value=value)
         loaded, path, locs = load(code, ns.ns, parts + [fname], self.target, fname)
         fn = loaded[-1]
@@ -145,6 +161,8 @@ class _Specializer:
         if stacks and self.target == "cpu":
             _checked(fn.compiled, path, locs, ir.name).compile_for(
                 tuple(self._args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
+        if p.flat is not None:
+            return _flat_entry(fn, p.flat, wrt, diffable, single, value)
         if single:
             if wrt[0] in diffable:
                 return fn
@@ -165,6 +183,10 @@ class _Specializer:
     def _build_pullback(self, ir: Function, kinds: List[str], wrap) -> Callable:
         wrt = list(range(len(ir.params)))
         p = plan(ir, kinds, wrt, self.target)
+        flat = p.flat
+        if flat is not None:
+            self._args = tuple(_flatten_args(self._args, flat.param_trees))
+            kinds = [flat.kinds[q.id] for q in p.fn.params]
         stem = f"{self.name}_pullback"
         code, ns, tape, mutates = emit_split(p, stem, wrap)
         (prim, adj), path, locs = load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
@@ -174,16 +196,21 @@ class _Specializer:
         slots = [i for i, k in enumerate(kinds) if differentiable(k)]
         nargs = len(kinds)
         ret_array = is_array(p.ret_kind)
+        ret_complex = p.ret_kind == "complex"
 
         adj_state = [adj]
 
         def run(*args):
+            if flat is not None:
+                args = _flatten_args(args, flat.param_trees)
             y, tp = prim(*args)
             calls = [0]
 
             def back(dy=1.0):
                 """Cotangents of every positional argument (None for ints and bools)."""
-                if ret_array:
+                if flat is not None and flat.ret_tree is not None:
+                    dyv = _flat_cotangent(dy, y, flat.ret_tree, ir.name)
+                elif ret_array:
                     dyv = np.zeros_like(y) if dy is None else np.asarray(dy, dtype=y.dtype)
                     if dyv.shape != y.shape:
                         raise TypeMismatch(f"back() of {ir.name}: dy has shape {dyv.shape}, the output "
@@ -191,7 +218,7 @@ class _Specializer:
                 else:
                     if dy is None:
                         dy = 0.0
-                    dyv = float(dy) if not isinstance(dy, complex) else dy
+                    dyv = complex(dy) if ret_complex else float(dy)
                 if mutates and calls[0]:
                     raise TypeMismatch(f"back() of {ir.name} was already called: {ir.name} writes into "
                                        "arrays and the first back() rewound them",
@@ -203,7 +230,8 @@ class _Specializer:
                 gs = a(*tp, dyv)
                 out: List[Any] = [None] * nargs
                 for s, g in zip(slots, gs):
-                    out[s] = g if isinstance(g, np.ndarray) else float(g)
+                    out[s] = g if isinstance(g, np.ndarray) else \
+                        complex(g) if kinds[s] == "complex" else float(g)
                 return tuple(out)
             return y, back
         return run
@@ -221,7 +249,8 @@ class _ArrayDispatch:
 
     @staticmethod
     def key(args) -> Any:
-        return tuple((a.dtype.num, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args)
+        return tuple((a.dtype.num, a.ndim) if isinstance(a, np.ndarray)
+                     else kind_of_value(a) if isinstance(a, tuple) else type(a) for a in args)
 
     def entry_for(self, args) -> Callable:
         k = self.key(args)
@@ -235,6 +264,77 @@ class _ArrayDispatch:
         if e is None:
             e = self.entry_for(args)
         return e(*args)
+
+
+def _flatten_args(args, trees) -> List[Any]:
+    out: List[Any] = []
+    for a, t in zip(args, trees):
+        if t is None:
+            out.append(a)
+        else:
+            out += flatten_value(a)
+    return out
+
+
+def _regroup(leaf_vals: List[Any], trees) -> tuple:
+    """Per-parameter values (tuples rebuilt, namedtuples of their class) from per-leaf ones."""
+    out, pos = [], 0
+    for t in trees:
+        v, pos = unflatten(t, leaf_vals, pos)
+        out.append(v)
+    return tuple(out)
+
+
+def _flat_entry(fn, flat, wrt: List[int], diffable: List[int], single: bool, value: bool):
+    """The gradient entry for functions with tuple arguments: flatten in, regroup out."""
+    trees = flat.param_trees
+    nleaf = sum(len(ix) for ix in flat.leaf_of)
+    n = len(diffable)
+
+    def grads(g):
+        g = g if isinstance(g, tuple) and n != 1 else (g,)
+        vals: List[Any] = [None] * nleaf
+        for j, x in zip(diffable, g):
+            vals[j] = x
+        per = _regroup(vals, trees)
+        return per[wrt[0]] if single else tuple(per[i] for i in wrt)
+    if value:
+        def vg(*a):
+            r = fn(*_flatten_args(a, trees))
+            return r[0], grads(r[1])
+        return vg
+    return lambda *a: grads(fn(*_flatten_args(a, trees)))
+
+
+def _flat_cotangent(dy, y, shape, fname: str) -> tuple:
+    """The leaves of a tuple cotangent ``dy`` for the flat output ``y`` (None: zero)."""
+    if dy is None or (isinstance(dy, float) and dy == 1.0 and shape is not None):
+        dy = None
+    leaves: List[Any] = []
+
+    def walk(d, sh, pos):
+        if sh is None:
+            yv = y[pos]
+            if d is None:
+                leaves.append(np.zeros_like(yv) if isinstance(yv, np.ndarray) else type(yv)(0))
+            elif isinstance(yv, np.ndarray):
+                dv = np.asarray(d, dtype=yv.dtype)
+                if dv.shape != yv.shape:
+                    raise TypeMismatch(f"back() of {fname}: a dy entry has shape {dv.shape}, the "
+                                       f"output has shape {yv.shape}")
+                leaves.append(dv)
+            else:
+                leaves.append(complex(d) if isinstance(yv, complex) else float(d))
+            return pos + 1
+        subs = sh[2]
+        if d is not None and (not isinstance(d, tuple) or len(d) != len(subs)):
+            raise TypeMismatch(f"back() of {fname}: the output is a tuple of {len(subs)} entries; "
+                               f"dy must be a tuple of the same structure (None for a zero entry)")
+        for k, s in enumerate(subs):
+            pos = walk(None if d is None else d[k], s, pos)
+        return pos
+    walk(dy, shape, 0)
+    return tuple(leaves)
 
 
 def _dtype(dt: str):

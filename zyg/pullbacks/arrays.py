@@ -478,11 +478,16 @@ class ArrayMixin:
         return self.dname(a)
 
     def accumulate(self, target, expr: str, ne: int, local: Dict[str, str], ind: int,
-                   code: Code, loc=None) -> None:
+                   code: Code, loc=None, cplx: bool = False) -> None:
         """Add ``expr`` (of ndim ``ne``; it may be larger than the target when the
-        forward broadcast the target) into the cotangent of operand ``target``."""
+        forward broadcast the target) into the cotangent of operand ``target``.
+        ``cplx``: ``expr`` may be complex; a real target takes its real part."""
         if not isinstance(target, Var) or target.id not in self.p.active:
             return
+        if cplx and ne > 0 and not self.is_arr(target):
+            expr = f"np.sum({expr})"
+            ne = 0
+        expr = self.proj(target, expr, cplx)
         if self.is_arr(target):
             sh = self.shadow(target, local)
             nt = array_ndim(self.kind(target))
@@ -660,12 +665,13 @@ class ArrayMixin:
                 if is_array(info["old_kind"]):
                     code.add(ind, f"{g} = {sh}.copy()", st.loc)
                     code.add(ind, f"{sh} = 0", st.loc)
-                    self.accumulate(val, g, array_ndim(info["old_kind"]), local, ind, code, st.loc)
+                    self.accumulate(val, g, array_ndim(info["old_kind"]), local, ind, code, st.loc,
+                                    self.cplx(st))
                 else:
                     code.add(ind, f"{g} = {sh}", st.loc)
                     code.add(ind, f"{sh} = 0", st.loc)
                     if isinstance(val, Var) and val.id in self.p.active:
-                        code.add(ind, f"{self.dname(val)} += {g}", st.loc)
+                        code.add(ind, f"{self.dname(val)} += {self.proj(val, g, self.cplx(st))}", st.loc)
             if not info.get("skip_old"):
                 old = local.get(info["old"], info["old"])
                 if old == info["old"] and not loop:
@@ -683,16 +689,21 @@ class ArrayMixin:
                 import operator as _o
                 bv = self.value_ref(b, local) if not self.is_arr(b) else self.arr_value(b, local)
                 na = self.nd_of(a)
+                cx = self.cplx(st)
+                if cx:      # the pullback of a product conjugates the other factor
+                    old, bv = f"np.conj({old})", f"np.conj({bv})"
                 if op is _o.add:
-                    self.accumulate(b, g, na, local, ind, code, st.loc)
+                    self.accumulate(b, g, na, local, ind, code, st.loc, cx)
                 elif op is _o.sub:
-                    self.accumulate(b, f"-{g}", na, local, ind, code, st.loc)
+                    self.accumulate(b, f"-{g}", na, local, ind, code, st.loc, cx)
                 elif op is _o.mul:
-                    self.accumulate(b, f"{g} * {old}", na, local, ind, code, st.loc)
+                    self.accumulate(b, f"{g} * {old}", na, local, ind, code, st.loc, cx)
                     code.add(ind, inplace_src(g, "*", bv), st.loc)
                 else:
-                    self.accumulate(b, f"-{g} * {old} / ({bv} * {bv})", na, local, ind, code, st.loc)
+                    self.accumulate(b, f"-{g} * {old} / ({bv} * {bv})", na, local, ind, code, st.loc, cx)
                     code.add(ind, inplace_src(g, "/", bv), st.loc)
+                if cx:
+                    old = local.get(info["old"], info["old"])
             if not info.get("skip_old"):
                 code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
             return
@@ -726,7 +737,7 @@ class ArrayMixin:
                 ne = self.nd_of(st.var) if rule.broadcast else -1
                 if not self.is_arr(a) and self.is_arr(st.var):
                     ne = self.nd_of(st.var)     # a scalar operand of an array result: sum
-                self.accumulate(a, text, ne, local, ind, code, st.loc)
+                self.accumulate(a, text, ne, local, ind, code, st.loc, self.cplx(st))
             self.consume(st.var, loop, ind, code)
         self.restore_alloc(st, info, local, ind, code)
 

@@ -29,13 +29,14 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from ..errors import NoAdjoint
 from ..rules import registry
 from ..pullbacks.closure import ConvertedRule, render, resolve_global
-from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer_kinds, is_array,
-                            loops_of_blocks, natural_loops)
-from ..ssa.prims import InPlace
+from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer_kinds, is_array, is_tuple,
+                            is_complex, loops_of_blocks, natural_loops)
+from ..ssa.prims import Attr, InPlace
 from .arrays import ArrayMixin, zero_of
 from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Namespace, const_src, var_name
 from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var, callee_name
-from ..ssa.passes import dominators
+from ..ssa.passes import dominators, verify
+from ..ssa.tuples import flatten_tuples, n_leaves
 from .tape import INITIAL, KIND_STACK, STACKS, grow_for
 
 
@@ -53,6 +54,8 @@ class Plan:
     loops: Dict[int, Set[int]] = field(default_factory=dict)
     aliases: Any = None
     ret_kind: str = "float"
+    flat: Any = None          # tuples.Flat when tuple values were replaced by their elements
+    ret_parts: Any = None     # the leaves of a returned tuple (seeded from the tuple _dy)
 
 
 def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
@@ -76,6 +79,11 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
                     alias[st.var.id] = e.args[0]
                 else:
                     fnc = fnc.op
+            elif isinstance(fnc, Attr) and fnc.attr in ("real", "imag") and e.args and \
+                    kinds.get(getattr(e.args[0], "id", None), "") in ("float", "complex", "int", "bool"):
+                # z.real of a number: a call with a scalar rule (docs/complex.md)
+                from ..rules.scalar import imag_part, real_part
+                fnc = real_part if fnc.attr == "real" else imag_part
             nb.stmts.append(Stmt(st.var, Call(fnc, list(e.args), dict(e.kwargs)), st.loc))
         t = blk.term
         if isinstance(t, Jump):
@@ -98,7 +106,8 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
 def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
     """Report indexing and attributes of values that do not have them, at the user's line."""
     from ..errors import TypeMismatch
-    from ..ssa.analysis import is_tuple
+    from ..ssa.analysis import tuple_class
+    from ..ssa.lower import _ATTRS as ARRAY_ATTRS
     from ..ssa.prims import Attr, GetItem, SetItem
 
     def bad(st, msg, hint=None):
@@ -115,7 +124,12 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
             if k == "undef":
                 continue
             if isinstance(e.fn, Attr):
-                if not is_array(k):
+                cls = tuple_class(k) if is_tuple(k) else None
+                if cls is not None and e.fn.attr in cls._fields:
+                    continue
+                if cls is not None:
+                    raise bad(st, f"{cls.__name__} has no field {e.fn.attr!r}")
+                if not is_array(k) or e.fn.attr not in ARRAY_ATTRS:
                     raise bad(st, f"'.{e.fn.attr}' of a {k} value: only arrays have it")
                 continue
             if is_array(k):
@@ -133,6 +147,20 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
     fn = specialize(fn, kinds)
     kinds = infer_kinds(fn, argkinds)
     check_kinds(fn, kinds)
+    flat = None
+    if any(is_tuple(k) for k in kinds.values()):
+        flat = flatten_tuples(fn, kinds)
+        fn = flat.fn
+        verify(fn, "flatten_tuples")
+        leaf_of, pos = [], 0
+        for t in flat.param_trees:
+            n = n_leaves(t)
+            leaf_of.append(list(range(pos, pos + n)))
+            pos += n
+        flat.leaf_of = leaf_of
+        wrt = [j for i in wrt for j in leaf_of[i]]
+        argkinds = [flat.kinds[q.id] for q in fn.params]
+        kinds = infer_kinds(fn, argkinds)
     ret = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
     rv = ret.term.value
     rk = kinds.get(rv.id, "undef") if isinstance(rv, Var) else ("none" if rv.value is None else "float")
@@ -151,8 +179,13 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
         for st in blk.stmts:
             if st.var is not None:
                 defblock[st.var.id] = blk.id
+    ret_parts = None
+    if flat is not None and flat.ret_tree is not None:
+        # the returned tuple is not differentiated as a value: its leaves are seeded
+        ret_parts = next(st.expr.args for st in ret.stmts if st.var is rv)
+        act.discard(rv.id)
     return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, target,
-                loops, Aliases(fn, kinds), rk)
+                loops, Aliases(fn, kinds), rk, flat, ret_parts)
 
 
 class Emitter(ArrayMixin):
@@ -184,6 +217,18 @@ class Emitter(ArrayMixin):
     def is_active(self, v) -> bool:
         return isinstance(v, Var) and v.id in self.p.active
 
+    def cplx(self, st: Stmt) -> bool:
+        """Does statement ``st`` have a complex operand or result (docs/complex.md)?"""
+        vals = list(st.expr.operands()) + ([st.var] if st.var is not None else [])
+        return any(is_complex(self.kind(a)) for a in vals)
+
+    def proj(self, target, text: str, cplx: bool = True) -> str:
+        """A cotangent contribution for ``target``: a real value promoted to complex gets
+        the real part of its complex cotangent."""
+        if cplx and not is_complex(self.kind(target)):
+            return f"({text}).real"
+        return text
+
     def src(self, a) -> str:
         return var_name(a) if isinstance(a, Var) else const_src(a, self.ns)
 
@@ -207,6 +252,17 @@ class Emitter(ArrayMixin):
                 loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
                 hint=f"write a rule with @zyg.adjoint({name}), declare it with "
                      f"zyg.nondifferentiable, or wrap the value in zyg.stop_gradient")
+        if self.cplx(st):
+            rc = registry.for_complex(r)
+            if rc is None:
+                from ..errors import TypeMismatch
+                loc = st.loc
+                raise TypeMismatch(f"{callee_name(st.expr.fn)} is called with complex numbers, and zyg "
+                                   "has no complex rule for it", loc.filename if loc else None,
+                                   loc.lineno if loc else None, loc.col if loc else None,
+                                   hint="use the numpy or cmath function (np.sin, cmath.exp, abs), "
+                                        "see docs/complex.md")
+            r = rc
         if st.expr.kwargs:
             loc = st.loc
             raise NoAdjoint(f"keyword arguments to {callee_name(st.expr.fn)} are not supported "
@@ -724,6 +780,10 @@ class Emitter(ArrayMixin):
             code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")
         ret_blk = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
         rv = ret_blk.term.value
+        for k, a in enumerate(self.p.ret_parts or ()):
+            # a returned tuple: _dy is a tuple of the leaves' cotangents
+            if self.is_active(a):
+                code.add(ind, f"{self.shadow(a, {}) if self.is_arr(a) else self.dname(a)} += _dy[{k}]")
         if self.is_active(rv):
             if self.is_arr(rv):
                 code.add(ind, f"{self.shadow(rv, {})} += _dy")
@@ -819,7 +879,7 @@ class Emitter(ArrayMixin):
                         ren[g] = bound
                 if ren:
                     text = render(conv.back_exprs[i], {**mapping, **ren}, set())
-                code.add(ind, f"{self.dname(a)} += {text}", st.loc)
+                code.add(ind, f"{self.dname(a)} += {self.proj(a, text, self.cplx(st))}", st.loc)
         else:
             h = self.helper(conv, "bwd")
             bargs = [self.value_ref(a, local) for a in args]
@@ -831,7 +891,7 @@ class Emitter(ArrayMixin):
                 bargs.append(self.value_ref(st.var, local))
             code.add(ind, f"_g = {h}({', '.join(bargs + [dy])})", st.loc)
             for i, a in targets:
-                code.add(ind, f"{self.dname(a)} += _g[{i}]", st.loc)
+                code.add(ind, f"{self.dname(a)} += {self.proj(a, f'_g[{i}]', self.cplx(st))}", st.loc)
         if self.in_loop(blk.id):
             code.add(ind, f"{dy} = {ZERO.get(self.kind(st.var), '0.0')}")
 
@@ -867,7 +927,7 @@ class Emitter(ArrayMixin):
             for j, (k, p) in enumerate(act):
                 a = args[k]
                 if self.is_active(a):
-                    code.add(i2, f"{self.dname(a)} += _c{j}")
+                    code.add(i2, f"{self.dname(a)} += {self.proj(a, f'_c{j}', is_complex(self.kind(p)))}")
             for k, p in fun:
                 a = args[k]
                 if self.is_active(a):

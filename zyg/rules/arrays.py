@@ -18,11 +18,11 @@ from __future__ import annotations
 import builtins
 import operator
 import re
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..ssa.analysis import array_ndim, is_array
+from ..ssa.analysis import array_ndim, is_array, is_complex
 from ..ssa.prims import ArrayOf, Stacked
 from . import scalar
 from .registry import nondifferentiable
@@ -46,6 +46,11 @@ class Ctx:
 
     def kwconst(self, name: str, default: Any = None) -> Any:
         return self.kwconsts.get(name, default)
+
+    @property
+    def cplx(self) -> bool:
+        """Is an operand complex?  Then the rules conjugate (docs/complex.md)."""
+        return any(is_complex(k) for k in self.kinds)
 
 
 class ARule:
@@ -83,43 +88,85 @@ _BINARY_ARRAY = {
 }
 
 
-def _unary(deriv: str) -> ARule:
+# complex operands: the same derivative, conjugated (dz += conj(f'(z)) * dy), for the
+# holomorphic entries of the scalar table; abs has its own form; other rules raise
+_ABS_COMPLEX = "np.where(y != 0, x / np.where(y != 0, y, 1.0), 0j)"
+_POW_COMPLEX = ("b * a ** (b - 1)", "np.where(a != 0, y * np.log(np.where(a != 0, a, 1.0) + 0j), 0j)")
+
+
+def _no_complex(name: str) -> "_RuleError":
+    return _RuleError(f"{name} has no complex rule in zyg (see docs/complex.md)")
+
+
+def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function",
+           conj: bool = True) -> ARule:
+    """``cderiv``: the derivative for complex operands (conjugated unless ``conj`` is False:
+    a real-valued function's gradient is written out directly), None if there is none."""
     def back(c: Ctx, i: int) -> str:
+        if c.cplx:
+            if cderiv is None:
+                raise _no_complex(name)
+            d = _subst(cderiv, {'x': c.x[0], 'y': c.y})
+            return f"{c.dy} * np.conj({d})" if conj else f"{c.dy} * ({d})"
         return f"{c.dy} * ({_subst(deriv, {'x': c.x[0], 'y': c.y})})"
     return ARule(back)
 
 
-def _binary(da: Optional[str], db: Optional[str]) -> ARule:
+def _binary(da: Optional[str], db: Optional[str], cplx: Optional[tuple] = None,
+            name: str = "this function") -> ARule:
+    """``cplx``: (d/da, d/db) for complex operands (conjugated), None if there is none."""
     def back(c: Ctx, i: int) -> Optional[str]:
         d = (da, db)[i]
+        if c.cplx:
+            if cplx is None:
+                raise _no_complex(name)
+            d = cplx[i]
         if d is None:
             return None
         if d.strip() == "1.0":
             return c.dy
         if d.strip() == "-1.0":
             return f"-{c.dy}"
-        return f"{c.dy} * ({_subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})})"
+        text = _subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})
+        return f"{c.dy} * np.conj({text})" if c.cplx else f"{c.dy} * ({text})"
     return ARule(back, broadcast=True)
+
+
+def _complex_unary(name: str) -> Optional[str]:
+    if name not in scalar.HOLOMORPHIC:
+        return None
+    return scalar.COMPLEX_UNARY.get(name, scalar.UNARY[name]).replace("M.", "np.")
 
 
 for _name, _d in scalar.UNARY.items():
     if hasattr(np, _name):
-        ARRAY_RULES[getattr(np, _name)] = _unary(_UNARY_ARRAY.get(_name, _d).replace("M.", "np."))
+        _cd = _ABS_COMPLEX if _name == "absolute" else _complex_unary(_name)
+        ARRAY_RULES[getattr(np, _name)] = _unary(_UNARY_ARRAY.get(_name, _d).replace("M.", "np."), _cd,
+                                                 f"np.{_name}", conj=_name != "absolute")
 for _name, (_da, _db) in scalar.BINARY.items():
     if hasattr(np, _name):
         _da, _db = _BINARY_ARRAY.get(_name, (_da, _db))
         ARRAY_RULES[getattr(np, _name)] = _binary(
-            _da.replace("M.", "np."), None if _db is None else _db.replace("M.", "np."))
+            _da.replace("M.", "np."), None if _db is None else _db.replace("M.", "np."),
+            _POW_COMPLEX if _name == "power" else None, f"np.{_name}")
 
-for _op, _ab in [(operator.add, ("1.0", "1.0")), (np.add, ("1.0", "1.0")),
-                 (operator.sub, ("1.0", "-1.0")), (np.subtract, ("1.0", "-1.0")),
-                 (operator.mul, ("b", "a")), (np.multiply, ("b", "a")),
-                 (operator.truediv, ("1.0 / b", "-y / b")), (np.divide, ("1.0 / b", "-y / b")),
-                 (operator.pow, _POW), (operator.mod, ("1.0", "-np.floor(a / b)"))]:
-    ARRAY_RULES[_op] = _binary(*_ab)
+for _op, _ab, _c in [(operator.add, ("1.0", "1.0"), True), (np.add, ("1.0", "1.0"), True),
+                     (operator.sub, ("1.0", "-1.0"), True), (np.subtract, ("1.0", "-1.0"), True),
+                     (operator.mul, ("b", "a"), True), (np.multiply, ("b", "a"), True),
+                     (operator.truediv, ("1.0 / b", "-y / b"), True),
+                     (np.divide, ("1.0 / b", "-y / b"), True),
+                     (operator.pow, _POW, _POW_COMPLEX), (operator.mod, ("1.0", "-np.floor(a / b)"), False)]:
+    ARRAY_RULES[_op] = _binary(*_ab, cplx=(_c if isinstance(_c, tuple) else _ab) if _c else None,
+                               name=getattr(_op, "__name__", "operator"))
 ARRAY_RULES[operator.neg] = ARule(lambda c, i: f"-{c.dy}")
 ARRAY_RULES[operator.pos] = ARule(lambda c, i: c.dy)
-ARRAY_RULES[builtins.abs] = _unary("np.where(x >= 0, 1.0, -1.0)")
+ARRAY_RULES[builtins.abs] = _unary("np.where(x >= 0, 1.0, -1.0)", _ABS_COMPLEX, "abs", conj=False)
+# complex parts: the cotangent of z is dL/dRe z + i dL/dIm z
+ARRAY_RULES[np.conjugate] = ARule(lambda c, i: f"np.conj({c.dy})")
+ARRAY_RULES[np.real] = ARule(lambda c, i: c.dy)
+ARRAY_RULES[np.imag] = ARule(lambda c, i: f"1j * {c.dy}" if c.cplx else f"0.0 * {c.dy}")
+ARRAY_RULES[np.angle] = ARule(lambda c, i: (f"{c.dy} * (1j * {c.x[0]} / (np.abs({c.x[0]}) ** 2))"
+                                            if c.cplx else f"0.0 * {c.dy}"))
 ARRAY_RULES[np.copy] = ARule(lambda c, i: c.dy)
 ARRAY_RULES[np.ravel] = ARule(lambda c, i: f"np.reshape({c.dy}, {c.x[0]}.shape)")
 
@@ -163,16 +210,19 @@ def _prod(c: Ctx, i: int) -> Optional[str]:
     if i != 0:
         return None
     ax = _axis(c)
+    cj = "np.conj" if c.cplx else ""
     if ax is None:
-        return f"{c.dy} * _zyg_prod_grad({c.x[0]})"
+        return f"{c.dy} * {cj}(_zyg_prod_grad({c.x[0]}))"
     if c.nd(0) != 2:
         raise _RuleError("np.prod with an axis is differentiable for 2-D arrays only")
-    return f"{_expand(c, c.dy, ax)} * _zyg_prod_grad_axis2({c.x[0]}, {ax})"
+    return f"{_expand(c, c.dy, ax)} * {cj}(_zyg_prod_grad_axis2({c.x[0]}, {ax}))"
 
 
 def _maxmin(c: Ctx, i: int) -> Optional[str]:
     if i != 0:
         return None
+    if c.cplx:
+        raise _no_complex("np.max / np.min")
     ax = _axis(c)
     x, y = c.x[0], c.y
     if ax is None:
@@ -211,9 +261,16 @@ ARRAY_RULES[np.cumsum] = ARule(_cumsum, kw_ok=("axis",))
 
 
 # --- linear algebra ------------------------------------------------------------------------
+def _conj_operands(c: Ctx) -> Tuple[str, str]:
+    """The operands as the pullback of a bilinear product reads them: conjugated when complex."""
+    if c.cplx:
+        return f"np.conj({c.x[0]})", f"np.conj({c.x[1]})"
+    return c.x[0], c.x[1]
+
+
 def _dot(c: Ctx, i: int) -> Optional[str]:
     na, nb = c.nd(0), c.nd(1)
-    a, b, dy = c.x[0], c.x[1], c.dy
+    (a, b), dy = _conj_operands(c), c.dy
     if na == 0 or nb == 0:        # a scalar factor: elementwise product
         return f"{dy} * {b}" if i == 0 else f"{dy} * {a}"
     if (na, nb) == (1, 1):
@@ -233,12 +290,12 @@ ARRAY_RULES[operator.matmul] = ARule(_dot)
 ARRAY_RULES[np.matmul] = ARule(_dot)
 def _outer(c: Ctx, i: int) -> str:
     # np.outer flattens its operands
-    a, b, dy = c.x[0], c.x[1], c.dy
+    (a, b), dy = _conj_operands(c), c.dy
     if i == 0:
         g = f"{dy} @ np.ravel({b})"
-        return g if c.nd(0) == 1 else f"np.reshape({g}, {a}.shape)"
+        return g if c.nd(0) == 1 else f"np.reshape({g}, {c.x[0]}.shape)"
     g = f"np.ravel({a}) @ {dy}"
-    return g if c.nd(1) == 1 else f"np.reshape({g}, {b}.shape)"
+    return g if c.nd(1) == 1 else f"np.reshape({g}, {c.x[1]}.shape)"
 
 
 ARRAY_RULES[np.outer] = ARule(_outer)
@@ -247,7 +304,7 @@ ARRAY_RULES[np.outer] = ARule(_outer)
 def _inner(c: Ctx, i: int) -> Optional[str]:
     """np.inner contracts the last axes of both operands."""
     na, nb = c.nd(0), c.nd(1)
-    a, b, dy = c.x[0], c.x[1], c.dy
+    (a, b), dy = _conj_operands(c), c.dy
     if (na, nb) in ((1, 1), (2, 1)) or na == 0 or nb == 0:
         return _dot(c, i)
     if (na, nb) == (1, 2):            # y = b @ a
@@ -282,6 +339,8 @@ ARRAY_RULES[np.where] = ARule(_where, broadcast=True)
 
 
 def _clip(c: Ctx, i: int) -> Optional[str]:
+    if c.cplx:
+        raise _no_complex("np.clip")
     x, lo, hi, dy = c.x[0], c.x[1], c.x[2], c.dy
     if i == 0:
         return f"np.where(({x} >= {lo}) & ({x} <= {hi}), {dy}, 0.0)"
@@ -371,7 +430,7 @@ def prod_grad(x):
 
 
 def prod_grad_axis2(x, axis):
-    g = np.empty(x.shape)
+    g = np.empty(x.shape, x.dtype)
     if axis == 0:
         for j in range(x.shape[1]):
             g[:, j] = prod_grad(np.ascontiguousarray(x[:, j]))

@@ -27,6 +27,11 @@ class Rule:
         self.rule_fn = rule_fn
         self.samples = samples or []
         self._converted = None
+        # complex operands (docs/complex.md): ``complex`` is the rule used when an
+        # operand or the result is complex (None: this rule itself); a built-in rule
+        # with ``real_only`` set has no complex form (zyg reports it)
+        self.complex: Optional["Rule"] = None
+        self.real_only = False
 
     @property
     def converted(self):
@@ -96,6 +101,25 @@ def lookup(fn: Any) -> Optional[Rule]:
         return _RULES.get(_key(fn))
     except TypeError:
         return None
+
+
+def for_complex(rule: Rule) -> Optional[Rule]:
+    """The rule to use for a call with a complex operand or result: the complex
+    variant of a built-in rule, the rule itself when it needs none (user rules are
+    taken to follow zyg's convention), None when it has no complex form."""
+    if rule.complex is not None:
+        return rule.complex
+    return None if rule.real_only else rule
+
+
+def complex_adjoint(fn: Any) -> Callable[[Callable], Callable]:
+    """Register the complex variant of the (already registered) built-in rule of ``fn``."""
+    def register(rule_fn: Callable) -> Callable:
+        base = _RULES[_key(fn)]
+        base.complex = Rule(fn, rule_fn)
+        base.real_only = False
+        return rule_fn
+    return register
 
 
 def is_nondifferentiable(fn: Any) -> bool:

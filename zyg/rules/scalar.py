@@ -5,17 +5,30 @@ becomes the source text of an ordinary ``@adjoint`` rule (the same mechanism use
 have), registered in ``linecache`` under the pseudo-file ``<zyg-rules-scalar>`` so
 that ``zyg.show`` and tracebacks can display it.  In the derivative expressions
 ``x`` is the argument, ``y`` the primal result, ``M`` the module (``math`` or ``np``).
+
+Complex numbers (``docs/complex.md``) reuse the same table: the cotangent of a
+complex value is ``dL/dRe + i dL/dIm`` (PyTorch's convention), so the pullback of a
+holomorphic ``f`` is ``dz += conj(f'(z)) * dy``.  For the functions in ``HOLOMORPHIC``
+each entry also generates a *complex variant* (``@complex_adjoint``) that wraps the
+same derivative expression in ``np.conj``; it is used when an operand or the result
+of the call is complex.  Non-holomorphic and real-valued functions (``abs``,
+``np.real``, ``np.imag``, ``np.angle``, ``np.conj``, ``complex``) have their own
+entries in ``COMPLEX_SPECIAL``.  Every other built-in rule is real-only: zyg
+reports a complex operand of, say, ``math.sin`` instead of differentiating it wrongly.
 """
 from __future__ import annotations
 
+from typing import List
+
 import builtins
+import cmath
 import linecache
 import math
 import operator
 
 import numpy as np
 
-from .registry import adjoint, nondifferentiable
+from .registry import adjoint, complex_adjoint, lookup, nondifferentiable
 
 # name -> derivative dy/dx as an expression in x, y, M
 UNARY = {
@@ -81,15 +94,69 @@ SPECIAL = [
     ("math.pow", "a, b", "dy * b * a ** (b - 1), (dy * y * math.log(a) if a > 0 else 0.0)", "math.pow(a, b)"),
 ]
 
+# unary entries whose derivative expression holds for complex arguments (holomorphic
+# functions; the principal branches of numpy and cmath)
+HOLOMORPHIC = {
+    "sin", "cos", "tan", "arcsin", "arccos", "arctan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "asinh", "acosh", "atanh",
+    "exp", "expm1", "exp2", "log", "log2", "log10", "log1p", "sqrt",
+    "square", "reciprocal", "negative", "positive",
+}
+# where the real formula is not the derivative of the principal branch off the real line
+COMPLEX_UNARY = {
+    "arccosh": "1.0 / (M.sqrt(x - 1.0) * M.sqrt(x + 1.0))",
+    "acosh": "1.0 / (M.sqrt(x - 1.0) * M.sqrt(x + 1.0))",
+}
+# binary entries with a complex variant: (d/da, d/db), conjugated like the unary ones
+COMPLEX_BINARY = {
+    "operator.mul": ("b", "a"),
+    "operator.truediv": ("1.0 / b", "y / b", "-"),
+    "operator.pow": ("b * a ** (b - 1)", "(y * cmath.log(a) if a != 0 else 0j)"),
+    "np.power": ("b * a ** (b - 1)", "(y * cmath.log(a) if a != 0 else 0j)"),
+}
+# complex forms written out: (qualified name, params, back (complex variant), back for
+# real operands or None when the real rule needs no change, primal)
+COMPLEX_SPECIAL = [
+    ("builtins.abs", "a", "(dy * a / y if y != 0 else 0j)", None, "abs(a)"),
+    ("np.absolute", "a", "(dy * a / y if y != 0 else 0j)", None, "np.absolute(a)"),
+    ("np.conjugate", "a", "np.conj(dy)", "np.conj(dy)", "np.conjugate(a)"),
+    ("np.real", "a", "dy", "dy", "np.real(a)"),
+    ("np.imag", "a", "1j * dy", "0.0 * dy", "np.imag(a)"),
+    ("np.angle", "a", "dy * 1j * a / (a.real * a.real + a.imag * a.imag)", "0.0 * dy", "np.angle(a)"),
+    ("cmath.phase", "a", "dy * 1j * a / (a.real * a.real + a.imag * a.imag)", "0.0 * dy",
+     "cmath.phase(a)"),
+    ("builtins.complex", "a, b", "dy.real, dy.imag", "dy.real, dy.imag", "complex(a, b)"),
+    ("cmath.rect", "a, b", "dy * np.conj(cmath.exp(1j * b)), dy * np.conj(1j * y)",
+     "dy * np.conj(cmath.exp(1j * b)), dy * np.conj(1j * y)", "cmath.rect(a, b)"),
+    ("real_part", "a", "dy", "dy", "a.real"),
+    ("imag_part", "a", "1j * dy", "0.0 * dy", "a.imag"),
+]
+
+
+def real_part(z):
+    """``z.real`` of a scalar (the lowering's ``.real`` attribute on numbers becomes this call)."""
+    return z.real
+
+
+def imag_part(z):
+    """``z.imag`` of a scalar."""
+    return z.imag
+
+
 NONDIFF = [
     operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
     operator.not_, operator.truth, operator.floordiv, builtins.int, builtins.bool, builtins.round,
     builtins.len, math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite,
     np.floor, np.ceil, np.trunc, np.rint, np.round, np.sign, np.isnan, np.isinf, np.isfinite,
-    np.argmax, np.argmin, np.int64, np.int32, np.bool_,
+    np.argmax, np.argmin, np.int64, np.int32, np.bool_, cmath.isnan, cmath.isinf, cmath.isfinite,
 ]
 
 _FILENAME = "<zyg-rules-scalar>"
+
+
+def registry_rules():
+    from .registry import all_rules
+    return [r.fn for r in all_rules().values()]
 
 
 # math functions numba's nopython mode cannot compile: their rules compute the
@@ -133,16 +200,64 @@ def _generate() -> str:
                 "    def back(dy):",
                 f"        return ({back},)",
                 "    return y, back", ""]
+    out += _generate_complex()
     return "\n".join(out) + "\n"
+
+
+def _rule_text(deco: str, fname: str, params: str, primal: str, back: str) -> List[str]:
+    return [deco, f"def {fname}({params}):", f"    y = {primal}", "    def back(dy):",
+            f"        return ({back},)", "    return y, back", ""]
+
+
+def _generate_complex() -> List[str]:
+    """The complex variants and the complex-only rules (see the module docstring)."""
+    out = ["# complex numbers: dz += conj(f'(z)) * dy for holomorphic f (docs/complex.md)", ""]
+    for name in UNARY:
+        if name not in HOLOMORPHIC:
+            continue
+        d = COMPLEX_UNARY.get(name, UNARY[name])
+        if hasattr(np, name):
+            expr = d.replace("M.", "np.")
+            out += _rule_text(f"@complex_adjoint(np.{name})", f"np_{name}_crule", "x",
+                              f"np.{name}(x)", f"dy * np.conj({expr})")
+        if hasattr(cmath, name):
+            # cmath functions always return complex: the conjugated form is their only rule
+            expr = d.replace("M.", "cmath.")
+            out += _rule_text(f"@adjoint(cmath.{name})", f"cmath_{name}_rule", "x",
+                              f"cmath.{name}(x)", f"dy * np.conj({expr})")
+    for qual, (da, db, *sign) in COMPLEX_BINARY.items():
+        neg = "-" if sign else ""
+        primal = {"operator.mul": "a * b", "operator.truediv": "a / b", "operator.pow": "a ** b",
+                  "np.power": "np.power(a, b)"}[qual]
+        back = f"dy * np.conj({da}), {neg}dy * np.conj({db})"
+        out += _rule_text(f"@complex_adjoint({qual})", qual.replace(".", "_") + "_crule", "a, b",
+                          primal, back)
+    for qual, params, cback, rback, primal in COMPLEX_SPECIAL:
+        fname = qual.replace(".", "_")
+        if rback is not None:
+            out += _rule_text(f"@adjoint({qual})", fname + "_rule", params, primal, rback)
+        if cback != rback:
+            out += _rule_text(f"@complex_adjoint({qual})", fname + "_crule", params, primal, cback)
+    return out
 
 
 def _install() -> None:
     src = _generate()
     linecache.cache[_FILENAME] = (len(src), None, src.splitlines(True), _FILENAME)
-    ns = {"math": math, "np": np, "operator": operator, "builtins": builtins, "adjoint": adjoint}
+    ns = {"math": math, "cmath": cmath, "np": np, "operator": operator, "builtins": builtins,
+          "adjoint": adjoint, "complex_adjoint": complex_adjoint, "real_part": real_part,
+          "imag_part": imag_part}
     exec(compile(src, _FILENAME, "exec"), ns)
     for fn in NONDIFF:
         nondifferentiable(fn)
+    # every other built-in rule (math functions, min/max, %, ...) has no complex form
+    complex_ok = {getattr(cmath, n) for n in UNARY if hasattr(cmath, n)} | {
+        operator.add, operator.sub, operator.neg, operator.pos, builtins.complex, cmath.rect,
+        np.conjugate, np.real, np.imag, np.angle, cmath.phase, real_part, imag_part}
+    for fn in list(registry_rules()):
+        r = lookup(fn)
+        if r is not None and r.complex is None and fn not in complex_ok:
+            r.real_only = True
 
 
 _install()

@@ -18,7 +18,7 @@ from .ir import Branch, Const, Function, Jump, Return, Undef, Var
 _NUMERIC = ["bool", "int", "float", "complex"]
 _SAMPLES = {
     "bool": [True, False], "int": [1, 2, 3], "float": [0.5, 1.5, 2.5, -0.5],
-    "complex": [0.5 + 0.25j, 1.5 - 0.5j], "none": [None],
+    "complex": [0.5 + 0.25j, 1.5 - 0.5j], "none": [None], "dtype": [np.float64],
 }
 
 
@@ -27,7 +27,7 @@ def kind_of_value(v: Any) -> str:
     if isinstance(v, np.ndarray):
         return f"{v.dtype.str[1:]}[{v.ndim}]"
     if isinstance(v, tuple):
-        return "tuple(" + ",".join(kind_of_value(x) for x in v) + ")"
+        return tuple_kind([kind_of_value(x) for x in v], type(v))
     if isinstance(v, (bool, np.bool_)):
         return "bool"
     if isinstance(v, (int, np.integer)):
@@ -38,11 +38,18 @@ def kind_of_value(v: Any) -> str:
         return "complex"
     if v is None:
         return "none"
+    if isinstance(v, type) and issubclass(v, np.number):
+        return "dtype"          # a constant dtype argument (np.complex128)
     return "object"
 
 
 def is_array(k: str) -> bool:
     return k.endswith("]")
+
+
+def is_complex(k: str) -> bool:
+    """A complex scalar or an array of complex numbers."""
+    return k == "complex" or (k.endswith("]") and k[0] == "c")
 
 
 def array_dtype(k: str) -> str:
@@ -64,12 +71,33 @@ def elem_kind(k: str) -> str:
     return {"f": "float", "c": "complex", "i": "int", "u": "int", "b": "bool"}.get(c, "object")
 
 
+# namedtuple classes seen in kinds: 'tuple:<n>(float,int)' is an instance of _NAMED[n]
+_NAMED: List[type] = []
+
+
+def tuple_kind(elts: List[str], cls: Any = tuple) -> str:
+    """The kind of a tuple (or of a namedtuple of class ``cls``) with these element kinds."""
+    tag = ""
+    if cls is not tuple and cls is not None:
+        if cls not in _NAMED:
+            _NAMED.append(cls)
+        tag = f":{_NAMED.index(cls)}"
+    return f"tuple{tag}(" + ",".join(elts) + ")"
+
+
+def tuple_class(k: str) -> Any:
+    """The namedtuple class of a tuple kind (None for a plain tuple)."""
+    if not k.startswith("tuple:"):
+        return None
+    return _NAMED[int(k[6:k.index("(")])]
+
+
 def is_tuple(k: str) -> bool:
-    return k.startswith("tuple(")
+    return k.startswith("tuple")
 
 
 def tuple_elts(k: str) -> List[str]:
-    inner = k[6:-1]
+    inner = k[k.index("(") + 1:-1]
     out, depth, cur = [], 0, ""
     for ch in inner:
         if ch == "," and depth == 0:
@@ -92,7 +120,9 @@ def sample(k: str, i: int) -> Any:
         base = 0.5 + (np.arange(n) % 7) * 0.125 + 0.03 * i
         return base.reshape((4,) * nd).astype(array_dtype(k))
     if is_tuple(k):
-        return tuple(sample(e, i) for e in tuple_elts(k))
+        vals = tuple(sample(e, i) for e in tuple_elts(k))
+        cls = tuple_class(k)
+        return vals if cls is None else cls(*vals)
     vals = _SAMPLES[k]
     return vals[i % len(vals)]
 
@@ -110,6 +140,10 @@ def join(a: str, b: str) -> str:
         return a
     if a in _NUMERIC and b in _NUMERIC:
         return _NUMERIC[max(_NUMERIC.index(a), _NUMERIC.index(b))]
+    if is_tuple(a) and is_tuple(b) and tuple_class(a) is tuple_class(b):
+        ea, eb = tuple_elts(a), tuple_elts(b)
+        if len(ea) == len(eb):
+            return tuple_kind([join(x, y) for x, y in zip(ea, eb)], tuple_class(a) or tuple)
     return "object"
 
 
@@ -128,7 +162,7 @@ _NOCONST = object()
 def _structural_kind(fn: Any, kinds, consts) -> Any:
     """Kinds that samples cannot find reliably (indices out of the sample's range,
     reshapes to sizes the sample does not have)."""
-    from .prims import GetItem, SetItem
+    from .prims import Attr, GetItem, SetItem
     if isinstance(fn, SetItem):
         return "none"
     if isinstance(fn, GetItem) and kinds:
@@ -143,6 +177,10 @@ def _structural_kind(fn: Any, kinds, consts) -> Any:
                 return elts[consts[1]]
             except (IndexError, TypeError):
                 return None
+    if isinstance(fn, Attr) and kinds and tuple_class(kinds[0]) is not None:
+        cls = tuple_class(kinds[0])
+        if fn.attr in cls._fields:
+            return tuple_elts(kinds[0])[cls._fields.index(fn.attr)]
     if fn is np.reshape and len(kinds) == 2 and is_array(kinds[0]):
         shp = kinds[1]
         nd = len(tuple_elts(shp)) if is_tuple(shp) else 1

@@ -26,7 +26,7 @@ import gast
 
 from ..errors import UnsupportedSyntax
 from .ir import Block, Branch, Call, Const, Function, Jump, Loc, Operand, Return, Stmt, Undef, Var
-from .prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked
+from .prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, Replace, SetItem, Stacked, is_namedtuple_class
 
 import numpy as np
 
@@ -35,7 +35,7 @@ _METHODS = {
     "copy": np.copy, "sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max,
     "min": np.min, "argmax": np.argmax, "argmin": np.argmin, "dot": np.dot,
     "cumsum": np.cumsum, "transpose": np.transpose, "ravel": np.ravel, "flatten": np.ravel,
-    "reshape": np.reshape, "clip": np.clip,
+    "reshape": np.reshape, "clip": np.clip, "conjugate": np.conjugate, "conj": np.conjugate,
 }
 _ATTRS = ("shape", "size", "ndim", "T", "real", "imag")
 
@@ -64,13 +64,11 @@ _UNSUPPORTED_STMT_HINTS = {
     "ImportFrom": "import modules at module level, outside the differentiated function",
     "Raise": "raising exceptions is not supported in differentiated code",
     "Assert": "assertions are not supported in differentiated code; check before calling",
-    "FunctionDef": "nested function definitions are not supported yet; define the helper at module level",
 }
 _UNSUPPORTED_EXPR_HINTS = {
     "Yield": "generators cannot be differentiated",
     "YieldFrom": "generators cannot be differentiated",
     "Await": "async code is not supported",
-    "Lambda": "lambdas inside differentiated code are not supported yet; define the helper at module level",
     "ListComp": "comprehensions are not supported; write an explicit loop",
     "SetComp": "comprehensions are not supported; write an explicit loop",
     "DictComp": "comprehensions are not supported; write an explicit loop",
@@ -78,7 +76,7 @@ _UNSUPPORTED_EXPR_HINTS = {
     "List": "lists are only supported as np.array([x, y, ...]) of numbers",
     "Dict": "dicts are not supported",
     "Set": "sets are not supported",
-    "Starred": "'*' unpacking is not supported",
+    "Starred": "'*' unpacking is only supported in calls: f(*t)",
     "JoinedStr": "strings are not supported in differentiated code",
     "NamedExpr": "':=' is not supported; use a separate assignment",
 }
@@ -175,6 +173,83 @@ class _Loop:
         self.exit = exit
 
 
+class _Frame:
+    """One function being lowered: the top-level function or an inlined callee.
+
+    Variables of a frame are named ``prefix + name`` in the SSA construction, so
+    that an inlined callee's locals never meet the caller's.  ``parent`` is the
+    lexically enclosing frame (for closures and lambdas), whose variables the
+    body reads at the point of the call, as Python's late-binding cells do.
+    """
+
+    def __init__(self, src: "_Source", globals: dict, closure: dict, prefix: str,
+                 parent: Optional["_Frame"] = None, what: Any = None):
+        self.src = src
+        self.globals = globals
+        self.closure = closure
+        self.prefix = prefix
+        self.parent = parent
+        self.what = what                 # the function or closure node (recursion check)
+        self.locals: Set[str] = set()
+        self.static: Dict[str, Any] = {}  # names bound to functions (def, lambda, arguments)
+        self.loops: List[_Loop] = []
+        self.exit: Optional[int] = None
+
+
+class Closure:
+    """A function defined inside differentiated code (``def`` or ``lambda``).
+
+    It is never a run-time value: calls to it are inlined, with its free variables
+    read from the frame that defined it.
+    """
+
+    def __init__(self, node, frame: _Frame, defaults: List[Any], kw_defaults: Dict[str, Any]):
+        self.node = node
+        self.frame = frame
+        self.defaults = defaults
+        self.kw_defaults = kw_defaults
+        self.__name__ = getattr(node, "name", "<lambda>")
+
+
+def _cell_contents(pyfn) -> dict:
+    out = {}
+    if pyfn.__closure__:
+        for name, cell in zip(pyfn.__code__.co_freevars, pyfn.__closure__):
+            try:
+                out[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return out
+
+
+_SOURCES: Dict[Any, "_Source"] = {}
+
+
+def source_of(pyfn) -> "_Source":
+    """The parsed source of a function, parsed once per function object."""
+    src = _SOURCES.get(pyfn)
+    if src is None:
+        src = _SOURCES[pyfn] = _Source(pyfn)
+    return src
+
+
+# packages whose functions are never inlined: they are reached through rules
+_LIBRARY_PACKAGES = {"numpy", "numba", "math", "cmath", "builtins", "scipy", "zyg", "operator"}
+MAX_INLINE_DEPTH = 64
+
+
+def is_user_function(fn: Any) -> bool:
+    """A Python function whose source zyg may inline (no rule, not a library function)."""
+    from ..rules import registry
+    if registry.lookup(fn) is not None or registry.is_nondifferentiable(fn):
+        return False
+    py = getattr(fn, "py_func", fn)
+    if not isinstance(py, types.FunctionType) or hasattr(fn, "_zyg"):
+        return False
+    mod = (getattr(py, "__module__", None) or "").split(".")[0]
+    return mod not in _LIBRARY_PACKAGES
+
+
 class Lowerer:
     """Builds a :class:`Function` from a Python function's source."""
 
@@ -182,16 +257,10 @@ class Lowerer:
         self.pyfn = unwrap(pyfn)
         if not isinstance(self.pyfn, types.FunctionType):
             raise UnsupportedSyntax(f"zyg can only transform Python functions, not {type(pyfn).__name__}")
-        self.src = _Source(self.pyfn)
-        self.globals = self.pyfn.__globals__
-        code = self.pyfn.__code__
-        self.closure = {}
-        if self.pyfn.__closure__:
-            for name, cell in zip(code.co_freevars, self.pyfn.__closure__):
-                try:
-                    self.closure[name] = cell.cell_contents
-                except ValueError:
-                    pass
+        self.f = _Frame(source_of(self.pyfn), self.pyfn.__globals__, _cell_contents(self.pyfn), "",
+                        what=self.pyfn)
+        self.frames: List[_Frame] = [self.f]   # the inlining stack
+        self.ninline = 0
         self.nvar = 0
         self.nblock = 0
         self.blocks: Dict[int, Block] = {}
@@ -202,9 +271,16 @@ class Lowerer:
         self.incomplete: Dict[int, Dict[str, Var]] = {}
         self.incoming: Dict[int, List[Operand]] = {}   # param id -> operand per pred edge
         self.param_block: Dict[int, int] = {}
-        self.loops: List[_Loop] = []
         self.cur: Optional[int] = None
         self.nsynth = 0
+
+    # the current frame's parts
+    src = property(lambda self: self.f.src)
+    globals = property(lambda self: self.f.globals)
+    closure = property(lambda self: self.f.closure)
+    locals = property(lambda self: self.f.locals)
+    loops = property(lambda self: self.f.loops)
+    exit = property(lambda self: self.f.exit)
 
     # -- errors ---------------------------------------------------------------
     def unsupported(self, node, msg: str, hint: Optional[str] = None) -> UnsupportedSyntax:
@@ -234,32 +310,38 @@ class Lowerer:
         return p
 
     def write(self, name: str, b: int, value: Operand) -> None:
-        self.defs[b][name] = value
+        """Define the current frame's variable ``name`` in block ``b``."""
+        self.defs[b][self.f.prefix + name] = value
 
     def read(self, name: str, b: int) -> Operand:
-        d = self.defs[b]
-        if name in d:
-            return d[name]
-        return self._read_recursive(name, b)
+        """Read the current frame's variable ``name`` in block ``b``."""
+        return self._read(self.f.prefix + name, b)
 
-    def _read_recursive(self, name: str, b: int) -> Operand:
+    def _read(self, key: str, b: int) -> Operand:
+        d = self.defs[b]
+        if key in d:
+            return d[key]
+        return self._read_recursive(key, b)
+
+    def _read_recursive(self, key: str, b: int) -> Operand:
+        hint = key.rsplit(":", 1)[-1]
         if b not in self.sealed:
-            val: Operand = self.new_param(b, name)
-            self.incomplete[b][name] = val
+            val: Operand = self.new_param(b, hint)
+            self.incomplete[b][key] = val
         elif len(self.preds[b]) == 1:
-            val = self.read(name, self.preds[b][0])
+            val = self._read(key, self.preds[b][0])
         elif not self.preds[b]:
             val = Undef()
         else:
-            val = self.new_param(b, name)
-            self.write(name, b, val)
-            self._add_operands(name, val, b)
-        self.write(name, b, val)
+            val = self.new_param(b, hint)
+            self.defs[b][key] = val
+            self._add_operands(key, val, b)
+        self.defs[b][key] = val
         return val
 
-    def _add_operands(self, name: str, param: Var, b: int) -> None:
+    def _add_operands(self, key: str, param: Var, b: int) -> None:
         for p in self.preds[b]:
-            self.incoming[param.id].append(self.read(name, p))
+            self.incoming[param.id].append(self._read(key, p))
 
     def seal(self, b: int) -> None:
         for name, param in list(self.incomplete[b].items()):
@@ -312,8 +394,8 @@ class Lowerer:
         for name in argnames:
             p = self.new_param(entry, name)
             self.write(name, entry, p)
-        self.locals = set(argnames) | self._assigned_names(node)
-        self.exit = self.new_block(node)
+        self.f.locals = set(argnames) | self._assigned_names(node)
+        self.f.exit = self.new_block(node)
         self.cur = entry
         if isinstance(node, gast.Lambda):
             v = self.expr(node.body)
@@ -391,6 +473,14 @@ class Lowerer:
     def stmt_Assign(self, st) -> None:
         targets = st.targets
         if len(targets) == 1 and isinstance(targets[0], gast.Name):
+            fv = self.function_value(st.value)
+            if fv is not None and not isinstance(fv, type):
+                # g = lambda y: ..., h = g, s = np.sin: a function, bound statically
+                self.f.static[targets[0].id] = fv
+                return
+            if targets[0].id in self.f.static:
+                raise self.unsupported(st, f"{targets[0].id!r} names a function and is reassigned "
+                                           "to a value", "use another name for the value")
             v = self.expr(st.value, targets[0].id)
             self.write(targets[0].id, self.cur, v)
             return
@@ -436,11 +526,7 @@ class Lowerer:
     def assign_tuple(self, target, value) -> None:
         if not isinstance(value, (gast.Tuple, gast.List)):
             # unpack a tuple value (n, m = a.shape): one constant index per name
-            v = self.expr(value)
-            for k, t in enumerate(target.elts):
-                if not isinstance(t, gast.Name):
-                    raise self.unsupported(t, "only names can be unpacked from a tuple value")
-                self.write(t.id, self.cur, self.emit(GetItem(("i",)), [v, Const(k)], t, t.id))
+            self.unpack(target, self.expr(value))
             return
         if len(value.elts) != len(target.elts):
             raise self.unsupported(value, f"cannot unpack {len(value.elts)} values into "
@@ -452,9 +538,20 @@ class Lowerer:
             if isinstance(t, gast.Name):
                 self.write(t.id, self.cur, v)
             elif isinstance(t, (gast.Tuple, gast.List)):
-                raise self.unsupported(t, "nested tuple unpacking is not supported")
+                self.unpack(t, v)
             else:
                 raise self.unsupported(t, "this assignment target is not supported")
+
+    def unpack(self, target, v: Operand) -> None:
+        """``a, (b, c) = v`` for a tuple value ``v``: constant indices, nested as needed."""
+        for k, t in enumerate(target.elts):
+            part = self.emit(GetItem(("i",)), [v, Const(k)], t, t.id if isinstance(t, gast.Name) else "")
+            if isinstance(t, gast.Name):
+                self.write(t.id, self.cur, part)
+            elif isinstance(t, (gast.Tuple, gast.List)):
+                self.unpack(t, part)
+            else:
+                raise self.unsupported(t, "only names can be unpacked from a tuple value")
 
     def stmt_AnnAssign(self, st) -> None:
         if st.value is None:
@@ -692,41 +789,65 @@ class Lowerer:
                                    "differentiated code works on numbers")
         return Const(node.value)
 
+    def resolve(self, name: str):
+        """Where ``name`` lives, following the lexical frames of closures:
+        ``("static", value)``, ``("var", frame)`` or ``("global", frame)``."""
+        fr, last = self.f, self.f
+        while fr is not None:
+            if name in fr.static:
+                return "static", fr.static[name]
+            if name in fr.locals:
+                return "var", fr
+            last, fr = fr, fr.parent
+        return "global", last
+
     def read_name(self, node) -> Operand:
         name = node.id
-        if name in self.locals:
-            v = self.read(name, self.cur)
-            return v
-        value = self.lookup_global(node)
+        where, x = self.resolve(name)
+        if where == "var":
+            return self._read(x.prefix + name, self.cur)
+        if where == "static":
+            raise self.unsupported(node, f"the function {name!r} is used as a value",
+                                   "functions defined or passed in differentiated code can be "
+                                   "called, or passed on to another function, but not stored or returned")
+        value = self.lookup_global(node, x)
         if isinstance(value, (int, float, bool, complex, np.ndarray)) or value is None:
             # globals are frozen at compile time (as numba does) and never differentiated
             return Const(value)
+        if isinstance(value, tuple) and all(isinstance(e, (int, float, bool, complex)) for e in value):
+            return self.emit(MakeTuple(), [Const(e) for e in value], node)
         raise self.unsupported(node, f"global {name!r} of type {type(value).__name__} "
                                      "cannot be used as a value here",
-                               "globals read by differentiated code must be numbers")
+                               "globals read by differentiated code must be numbers, tuples of "
+                               "numbers or arrays")
 
     def expr_Name(self, node, hint) -> Operand:
         return self.read_name(node)
 
-    def lookup_global(self, node) -> Any:
+    def lookup_global(self, node, frame: Optional[_Frame] = None) -> Any:
         name = node.id
-        if name in self.closure:
-            return self.closure[name]
-        if name in self.globals:
-            return self.globals[name]
+        fr = frame or self.f
+        if name in fr.closure:
+            return fr.closure[name]
+        if name in fr.globals:
+            return fr.globals[name]
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise self.unsupported(node, f"name {name!r} is not defined")
 
     def static_value(self, node) -> Any:
-        """Resolve a global name or attribute chain (``np.sin``) to its object, or None."""
+        """Resolve a global name, a function-valued local, or an attribute chain
+        (``np.sin``) to its object; None for a run-time value."""
         if isinstance(node, gast.Name):
-            if node.id in self.locals:
+            where, x = self.resolve(node.id)
+            if where == "static":
+                return x
+            if where == "var":
                 return None
-            return self.lookup_global(node)
+            return self.lookup_global(node, x)
         if isinstance(node, gast.Attribute):
             base = self.static_value(node.value)
-            if base is None:
+            if base is None or isinstance(base, Closure):
                 return None
             try:
                 return getattr(base, node.attr)
@@ -734,15 +855,46 @@ class Lowerer:
                 raise self.unsupported(node, f"{getattr(base, '__name__', base)!r} has no attribute {node.attr!r}")
         return None
 
+    def function_value(self, node) -> Any:
+        """The function ``node`` denotes when it is a lambda or names a function, else None."""
+        if isinstance(node, gast.Lambda):
+            return self.make_closure(node)
+        if isinstance(node, (gast.Name, gast.Attribute)):
+            v = self.static_value(node)
+            if v is not None and not isinstance(v, (int, float, bool, complex, np.ndarray, tuple,
+                                                    types.ModuleType)):
+                return v
+        return None
+
+    def make_closure(self, node) -> Closure:
+        args = node.args
+        defaults = [self.call_arg(d) for d in args.defaults]
+        kw = {a.id: self.call_arg(d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
+        return Closure(node, self.f, defaults, kw)
+
+    def call_arg(self, node) -> Any:
+        """An argument of a call: a function (passed statically) or an operand."""
+        fv = self.function_value(node)
+        return fv if fv is not None else self.expr(node)
+
+    def stmt_FunctionDef(self, st) -> None:
+        if st.decorator_list:
+            raise self.unsupported(st, "decorators on functions defined inside differentiated code "
+                                       "are not supported", "define the decorated function at module level")
+        if st.name in self.f.locals:
+            raise self.unsupported(st, f"{st.name!r} is both a nested function and a variable",
+                                   "give the function its own name")
+        self.f.static[st.name] = self.make_closure(st)
+
     def expr_Attribute(self, node, hint) -> Operand:
         value = self.static_value(node)
         if value is None:
-            if node.attr in _ATTRS:
-                return self.emit(Attr(node.attr), [self.expr(node.value)], node, hint)
-            raise self.unsupported(node, f"attribute '.{node.attr}' of a local value is not supported",
-                                   f"supported array attributes: {', '.join(_ATTRS)}")
+            # array attributes and namedtuple fields (checked once kinds are known)
+            return self.emit(Attr(node.attr), [self.expr(node.value)], node, hint)
         if isinstance(value, (int, float, bool, complex)):
             return Const(value)
+        if isinstance(value, type) and issubclass(value, np.number):
+            return Const(value)      # a dtype: np.zeros(n, dtype=np.complex128)
         raise self.unsupported(node, f"attribute {node.attr!r} of type {type(value).__name__} "
                                      "cannot be used as a value here")
 
@@ -830,7 +982,20 @@ class Lowerer:
         return self.emit(GetItem(spec), [base] + ops, node, hint)
 
     def expr_Call(self, node, hint) -> Operand:
-        fn = self.static_value(node.func)
+        if isinstance(node.func, gast.Lambda):
+            fn = self.make_closure(node.func)
+        else:
+            fn = self.static_value(node.func)
+        if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
+            return self.inline(fn, node, hint)
+        if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "_replace":
+            if node.args or any(k.arg is None for k in node.keywords):
+                raise self.unsupported(node, "_replace() takes keyword arguments only")
+            base = self.expr(node.func.value)
+            return self.emit(Replace(tuple(k.arg for k in node.keywords)),
+                             [base] + [self.expr(k.value) for k in node.keywords], node, hint)
+        if is_namedtuple_class(fn):
+            return self.namedtuple(fn, node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr in _METHODS:
             # a method of an array: a.sum(axis=0) -> np.sum(a, axis=0)
             meth = _METHODS[node.func.attr]
@@ -874,6 +1039,146 @@ class Lowerer:
         if fn in (builtins.range, builtins.print):
             raise self.unsupported(node, f"{fn.__name__}() is not supported here")
         return self.emit(fn, args, node, hint, kwargs)
+
+
+    # -- calls of user functions and closures: inlined ------------------------------
+    def inline(self, fn: Any, node, hint: str) -> Operand:
+        """Lower a call of a user function or closure by lowering its body in place.
+
+        The callee's locals live in a frame of their own; arguments are bound by
+        Python's rules (positional, keywords, defaults, ``*`` of a tuple).
+        """
+        if isinstance(fn, Closure):
+            fdef, src, parent, what = fn.node, fn.frame.src, fn.frame, fn.node
+            glob, cells = fn.frame.globals, fn.frame.closure
+            defaults, kwdefaults = fn.defaults, fn.kw_defaults
+            name = fn.__name__
+        else:
+            py = unwrap(fn)
+            src = source_of(py)
+            fdef, parent, what = src.node, None, py
+            glob, cells = py.__globals__, _cell_contents(py)
+            defaults = [self.python_value(v, node) for v in (py.__defaults__ or ())]
+            kwdefaults = {k: self.python_value(v, node) for k, v in (py.__kwdefaults__ or {}).items()}
+            name = py.__qualname__
+        if any(fr.what is what for fr in self.frames):
+            raise self.unsupported(node, f"recursive call of {name!r}: recursion is not supported yet",
+                                   "rewrite the recursion as a loop")
+        if len(self.frames) > MAX_INLINE_DEPTH:
+            raise self.unsupported(node, f"calls nested more than {MAX_INLINE_DEPTH} deep")
+        bound = self.bind_args(fdef, name, node, defaults, kwdefaults)
+        self.ninline += 1
+        frame = _Frame(src, glob, cells, f"{self.ninline}:", parent, what)
+        a = fdef.args
+        frame.locals = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
+        if isinstance(fdef, gast.FunctionDef):
+            frame.locals |= self._assigned_names(fdef)
+        for p, v in bound.items():
+            if isinstance(v, (Var, Const)):
+                self.defs[self.cur][frame.prefix + p] = v
+            else:
+                frame.static[p] = v
+        caller = self.f
+        self.frames.append(frame)
+        self.f = frame
+        try:
+            if isinstance(fdef, gast.Lambda):
+                return self.expr(fdef.body, hint)
+            frame.exit = self.new_block(fdef)
+            self.stmts(fdef.body)
+            if self.cur is not None:
+                self.write(".ret", self.cur, Const(None))
+                self.jump(frame.exit)
+            self.seal(frame.exit)
+            self.cur = frame.exit
+            return self.read(".ret", frame.exit)
+        finally:
+            self.frames.pop()
+            self.f = caller
+
+    def namedtuple(self, cls, node, hint: str) -> Operand:
+        """``State(x, v=...)``: a tuple of the fields in order (defaults filled in)."""
+        fields = list(cls._fields)
+        vals: Dict[str, Operand] = {}
+        if len(node.args) > len(fields) or any(isinstance(a, gast.Starred) for a in node.args):
+            raise self.unsupported(node, f"{cls.__name__}() takes {len(fields)} fields, passed by "
+                                         "position or keyword")
+        for f, a in zip(fields, node.args):
+            vals[f] = self.expr(a)
+        for k in node.keywords:
+            if k.arg not in fields or k.arg in vals:
+                raise self.unsupported(node, f"{cls.__name__}() got an unexpected or repeated "
+                                             f"field {k.arg!r}")
+            vals[k.arg] = self.expr(k.value)
+        defaults = getattr(cls, "_field_defaults", {})
+        for f in fields:
+            if f not in vals:
+                if f not in defaults:
+                    raise self.unsupported(node, f"{cls.__name__}() is missing the field {f!r}")
+                vals[f] = self.python_value(defaults[f], node)
+        return self.emit(MakeTuple(cls), [vals[f] for f in fields], node, hint)
+
+    def python_value(self, v: Any, node) -> Any:
+        """A Python default value as an operand, or a function passed statically."""
+        if isinstance(v, (int, float, bool, complex, np.ndarray, np.number)) or v is None:
+            return Const(v)
+        if isinstance(v, tuple):
+            return self.emit(MakeTuple(), [self.python_value(e, node) for e in v], node)
+        if callable(v):
+            return v
+        raise self.unsupported(node, f"a default value of type {type(v).__name__} is not supported")
+
+    def bind_args(self, fdef, name: str, node, defaults: List[Any], kwdefaults: Dict[str, Any]) -> Dict[str, Any]:
+        a = fdef.args
+        if a.vararg is not None or a.kwarg is not None:
+            raise self.unsupported(node, f"{name!r} has *args or **kwargs parameters, which zyg "
+                                         "cannot inline", "give it explicit parameters")
+        params = [x.id for x in a.posonlyargs + a.args]
+        kwonly = [x.id for x in a.kwonlyargs]
+        kw: Dict[str, Any] = {}
+        for k in node.keywords:
+            if k.arg is None:
+                raise self.unsupported(node, "'**' unpacking in calls is not supported")
+            kw[k.arg] = self.call_arg(k.value)
+        pos: List[Any] = []
+        star = None
+        for x in node.args:
+            if isinstance(x, gast.Starred):
+                if isinstance(x.value, (gast.Tuple, gast.List)):
+                    pos.extend(self.call_arg(e) for e in x.value.elts)
+                elif star is not None:
+                    raise self.unsupported(x, "only one '*' of a tuple variable per call is supported")
+                else:
+                    star = (len(pos), self.expr(x.value))
+            else:
+                pos.append(self.call_arg(x))
+        if star is not None:
+            # the tuple fills the positional parameters that nothing else fills
+            n = len([p for p in params[len(pos):] if p not in kw])
+            at, tup = star
+            pos[at:at] = [self.emit(GetItem(("i",)), [tup, Const(k)], node) for k in range(n)]
+        if len(pos) > len(params):
+            raise self.unsupported(node, f"{name}() takes {len(params)} positional arguments "
+                                         f"but {len(pos)} were given")
+        bound = dict(zip(params, pos))
+        for k, v in kw.items():
+            if k in bound:
+                raise self.unsupported(node, f"{name}() got multiple values for argument {k!r}")
+            if k not in params and k not in kwonly:
+                raise self.unsupported(node, f"{name}() got an unexpected keyword argument {k!r}")
+            bound[k] = v
+        first_default = len(params) - len(defaults)
+        for j, p in enumerate(params):
+            if p not in bound:
+                if j < first_default:
+                    raise self.unsupported(node, f"{name}() is missing the argument {p!r}")
+                bound[p] = defaults[j - first_default]
+        for p in kwonly:
+            if p not in bound:
+                if p not in kwdefaults:
+                    raise self.unsupported(node, f"{name}() is missing the keyword argument {p!r}")
+                bound[p] = kwdefaults[p]
+        return bound
 
 
 def lower(pyfn: Any) -> Function:

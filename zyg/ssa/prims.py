@@ -124,10 +124,35 @@ class Attr(Prim):
 
 
 class MakeTuple(Prim):
-    name = "tuple"
+    """``(a, b, ...)``, or a ``collections.namedtuple`` class called on its fields in order."""
+
+    def __init__(self, cls: Any = None):
+        self.cls = cls
+        self.name = "tuple" if cls is None else cls.__name__
+
+    def _key(self):
+        return self.cls
 
     def __call__(self, *xs):
-        return tuple(xs)
+        return tuple(xs) if self.cls is None else self.cls(*xs)
+
+
+class Replace(Prim):
+    """``t._replace(f=v, ...)`` of a namedtuple; operands: t, then the new values."""
+
+    def __init__(self, fields: Tuple[str, ...]):
+        self.fields = tuple(fields)
+        self.name = "_replace(" + ",".join(fields) + ")"
+
+    def _key(self):
+        return self.fields
+
+    def __call__(self, t, *vals):
+        return t._replace(**dict(zip(self.fields, vals)))
+
+
+def is_namedtuple_class(c: Any) -> bool:
+    return isinstance(c, type) and issubclass(c, tuple) and hasattr(c, "_fields")
 
 
 class ArrayOf(Prim):
