@@ -143,8 +143,9 @@ class _Specializer:
                                "holomorphic=True)",
                                hint="differentiate a real loss such as abs(z) ** 2 or z.real, or use "
                                     "zyg.pullback(f, x) and pass a complex dy to back (docs/complex.md)")
-        if is_array(p.ret_kind):
-            raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns an array; grad and "
+        if is_array(p.ret_kind) or is_tuple(p.ret_kind):
+            what = "an array" if is_array(p.ret_kind) else "a tuple"
+            raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns {what}; grad and "
                                "value_and_grad need a scalar output",
                                hint="reduce it (np.sum, a loss), or use zyg.pullback(f, x) and pass an "
                                     "array dy to back")
@@ -232,7 +233,11 @@ class _Specializer:
                 for s, g in zip(slots, gs):
                     out[s] = g if isinstance(g, np.ndarray) else \
                         complex(g) if kinds[s] == "complex" else float(g)
+                if flat is not None:
+                    return _regroup(out, flat.param_trees)
                 return tuple(out)
+            if flat is not None and flat.ret_tree is not None:
+                return unflatten(flat.ret_tree, list(y))[0], back
             return y, back
         return run
 

@@ -106,7 +106,7 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
 def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
     """Report indexing and attributes of values that do not have them, at the user's line."""
     from ..errors import TypeMismatch
-    from ..ssa.analysis import tuple_class
+    from ..ssa.analysis import const_kind, tuple_class
     from ..ssa.lower import _ATTRS as ARRAY_ATTRS
     from ..ssa.prims import Attr, GetItem, SetItem
 
@@ -120,7 +120,7 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
             if not isinstance(e.fn, (GetItem, SetItem, Attr)) or not e.args:
                 continue
             base = e.args[0]
-            k = kinds.get(base.id, "undef") if isinstance(base, Var) else "object"
+            k = kinds.get(base.id, "undef") if isinstance(base, Var) else const_kind(base)
             if k == "undef":
                 continue
             if isinstance(e.fn, Attr):

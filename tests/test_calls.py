@@ -1,0 +1,311 @@
+"""Calls: user functions (here and imported), numba dispatchers, closures, lambdas,
+higher-order helpers, keyword/default/star arguments, tuples and namedtuples.
+
+Every gradient is checked on both targets against central finite differences of
+every float leaf of every argument (tuples and namedtuples perturbed leaf by leaf).
+"""
+import math
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import zyg
+from zyg.api import ssa_of
+from callees import Lib, jitted_poly, outer_level, register_rules, rounded, weighted
+
+TARGETS = ("python", "cpu")
+H = 1e-6
+
+
+# -- finite differences over nested arguments ---------------------------------------
+def _leaves(v):
+    if isinstance(v, tuple):
+        return [x for e in v for x in _leaves(e)]
+    return [v]
+
+
+def _rebuild(template, vals, pos=0):
+    if isinstance(template, tuple):
+        items = []
+        for e in template:
+            x, pos = _rebuild(e, vals, pos)
+            items.append(x)
+        return (type(template)(*items) if hasattr(template, "_fields") else tuple(items)), pos
+    return vals[pos], pos + 1
+
+
+def fd(f, args, i):
+    """Central differences of f w.r.t. every float leaf of args[i], shaped like args[i]."""
+    leaves = _leaves(args[i])
+    out = []
+    for j, x in enumerate(leaves):
+        if isinstance(x, np.ndarray):
+            g = np.zeros(x.shape)
+            for idx in np.ndindex(x.shape):
+                vals = []
+                for s in (1, -1):
+                    lv = [y.copy() if isinstance(y, np.ndarray) else y for y in leaves]
+                    lv[j][idx] += s * H
+                    a = list(args)
+                    a[i] = _rebuild(args[i], lv)[0]
+                    vals.append(f(*a))
+                g[idx] = (vals[0] - vals[1]) / (2 * H)
+            out.append(g)
+        elif isinstance(x, float):
+            step = H * max(1.0, abs(x))
+            vals = []
+            for s in (1, -1):
+                lv = list(leaves)
+                lv[j] = x + s * step
+                a = list(args)
+                a[i] = _rebuild(args[i], lv)[0]
+                vals.append(f(*a))
+            out.append((vals[0] - vals[1]) / (2 * step))
+        else:
+            out.append(None)
+    return _rebuild(args[i], out)[0]
+
+
+def assert_close_tree(got, want, what, rtol=1e-6, atol=1e-8):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), (what, got, want)
+        if hasattr(want, "_fields"):
+            assert type(got) is type(want), f"{what}: gradient of a namedtuple is a {type(got).__name__}"
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert_close_tree(g, w, f"{what}[{k}]", rtol, atol)
+    elif want is None:
+        assert got is None, (what, got)
+    else:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
+
+
+def check(f, args, argnums=0, rtol=1e-6, atol=1e-8):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    want = [fd(f, args, i) for i in nums]
+    for target in TARGETS:
+        val, g = zyg.value_and_grad(f, argnums=argnums, target=target)(*args)
+        np.testing.assert_allclose(val, f(*args), rtol=1e-12, err_msg=target)
+        gs = (g,) if isinstance(argnums, int) else g
+        for i, gi, wi in zip(nums, gs, want):
+            assert_close_tree(gi, wi, f"{target}: {f.__name__} d/d arg {i}", rtol, atol)
+
+
+# -- a 3-level call chain whose innermost function has a custom rule ------------------
+def chain(x, y):
+    return outer_level(x, y) + math.cos(x)
+
+
+def test_three_level_chain_with_a_rule_at_the_bottom():
+    register_rules()
+    check(chain, (0.7, -0.4), (0, 1))
+    # the callees were transformed (inlined); the innermost one was called through its rule
+    text = str(ssa_of(chain))
+    assert "soft" in text and "middle" not in text
+
+
+# -- closures --------------------------------------------------------------------------
+def closure_in_loop(x, n):
+    c = math.sin(x)                    # captured, and it depends on the input
+
+    def step(v):
+        return v * c + x
+
+    v = 1.0
+    for i in range(n):
+        v = step(v) / (1.0 + i)
+        c = c * 0.9                    # late binding: the closure sees the new c
+    return v
+
+
+def test_closure_capturing_an_input_dependent_value_in_a_loop():
+    check(closure_in_loop, (0.8, 6), 0)
+
+
+def fold(f, init, a):
+    acc = init
+    for i in range(a.shape[0]):
+        acc = f(acc, a[i])
+    return acc
+
+
+def fold_with_lambda(a, w):
+    return fold(lambda acc, v: acc * 0.9 + w * v * v, 0.0, a)
+
+
+def test_user_fold_over_an_array_with_a_lambda():
+    check(fold_with_lambda, (np.linspace(0.2, 1.4, 7), 0.6), (0, 1))
+
+
+def apply_n(f, x, n):
+    for i in range(n):
+        x = f(x)
+    return x
+
+
+def higher_order(x, a):
+    g = lambda t: t * a + math.sin(t)   # noqa: E731
+    return apply_n(g, x, 4) + apply_n(Lib.sq, x, 2) + Lib.norm2(x, a)
+
+
+def test_higher_order_helper_and_gradient_of_captured_variables():
+    check(higher_order, (0.3, 0.8), (0, 1))
+
+
+# -- numba dispatchers, other modules, globals ------------------------------------------
+def uses_jitted(x, c):
+    return jitted_poly(x, c) * 2.0 + weighted(np.array([x, c, x * c]))
+
+
+def test_njit_callee_and_imported_callee_reading_globals():
+    check(uses_jitted, (0.9, 1.7), (0, 1))
+
+
+# -- keywords, defaults, * of a tuple ---------------------------------------------------
+def kw_helper(a, b=2.0, *, c=0.5):
+    return a * b + c * a * a
+
+
+def keyword_calls(x, y):
+    t = (x, y)
+    return kw_helper(x) + kw_helper(y, b=x) + kw_helper(*t, c=y) + kw_helper(b=y, a=x)
+
+
+def test_keywords_defaults_and_star_unpacking():
+    check(keyword_calls, (1.1, -0.6), (0, 1))
+
+
+def star_of_argument(p, s):
+    return kw_helper(*p) * s
+
+
+def test_star_unpacking_of_a_tuple_argument():
+    check(star_of_argument, ((0.4, 1.3), 2.0), (0, 1))
+
+
+# -- one callee, two call sites with different argument types -------------------------
+def scale2(v):
+    return v * 2.0 + v * v
+
+
+def two_types(a, x):
+    return np.sum(scale2(a)) + scale2(x)
+
+
+def test_same_callee_specialised_per_call_site():
+    check(two_types, (np.array([0.3, -0.2, 1.1]), 0.7), (0, 1))
+
+
+# -- non-differentiable user functions and stop_gradient --------------------------------
+def uses_rounded(x):
+    return x * rounded(x) + zyg.stop_gradient(x * x)
+
+
+def test_user_function_declared_nondifferentiable():
+    zyg.nondifferentiable(rounded)
+    for target in TARGETS:
+        g = zyg.grad(uses_rounded, target=target)(0.73)
+        assert g == pytest.approx(rounded(0.73), rel=1e-14)
+
+
+# -- tuples and namedtuples ------------------------------------------------------------
+def nested_tuple_arg(p, y):
+    a, (b, n) = p
+    return a * b * y + p[1][0] ** n
+
+
+def test_gradient_of_a_nested_tuple_argument_is_a_tuple():
+    check(nested_tuple_arg, ((1.3, (0.7, 3)), 2.0), (0, 1))
+    g = zyg.grad(nested_tuple_arg, target="python")((1.3, (0.7, 3)), 2.0)
+    assert g[1][1] is None          # the int entry has no gradient
+
+
+Osc = namedtuple("Osc", "x v")
+
+
+def deriv(s, k, damp):
+    return Osc(s.v, -k * s.x - damp * s.v)
+
+
+def axpy(a, s, t):
+    return Osc(s.x + a * t.x, s.v + a * t.v)
+
+
+def rk4(s0, k, damp, dt, n):
+    s = s0
+    for i in range(n):
+        k1 = deriv(s, k, damp)
+        k2 = deriv(axpy(dt / 2, s, k1), k, damp)
+        k3 = deriv(axpy(dt / 2, s, k2), k, damp)
+        k4 = deriv(axpy(dt, s, k3), k, damp)
+        s = s._replace(x=s.x + dt / 6 * (k1.x + 2 * k2.x + 2 * k3.x + k4.x),
+                       v=s.v + dt / 6 * (k1.v + 2 * k2.v + 2 * k3.v + k4.v))
+    return s.x ** 2 + 0.5 * s.v ** 2
+
+
+def test_namedtuple_state_in_an_rk4_integrator():
+    check(rk4, (Osc(1.0, 0.2), 2.0, 0.1, 0.05, 40), (0, 1, 2))
+
+
+def polar(x, y):
+    return (math.hypot(x, y), (math.atan2(y, x), x * y))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pullback_of_a_tuple_return_takes_a_tuple_dy(target):
+    x, y = 1.2, 0.5
+    out, back = zyg.pullback(polar, x, y, target=target)
+    assert out == polar(x, y)
+    r = math.hypot(x, y)
+    dx, dy = back((1.0, (None, 2.0)))      # None: a zero cotangent for that entry
+    assert dx == pytest.approx(x / r + 2.0 * y, rel=1e-14)
+    assert dy == pytest.approx(y / r + 2.0 * x, rel=1e-14)
+    dx, dy = back((0.0, (3.0, 0.0)))
+    assert dx == pytest.approx(-3.0 * y / r ** 2, rel=1e-14)
+    assert dy == pytest.approx(3.0 * x / r ** 2, rel=1e-14)
+    with pytest.raises(zyg.TypeMismatch, match="tuple of 2 entries"):
+        back((1.0, 2.0, 3.0))
+
+
+def state_out(a, k):
+    return Osc(np.sum(a * a) * k, a * k)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pullback_of_a_namedtuple_with_an_array(target):
+    a = np.array([0.5, -1.5, 2.0])
+    out, back = zyg.pullback(state_out, a, 1.5, target=target)
+    assert isinstance(out, Osc)
+    np.testing.assert_allclose(out.v, a * 1.5)
+    w = np.array([1.0, 0.0, -2.0])
+    da, dk = back(Osc(2.0, w))
+    np.testing.assert_allclose(da, 2.0 * 2 * a * 1.5 + w * 1.5, rtol=1e-14)
+    assert dk == pytest.approx(2.0 * np.sum(a * a) + np.dot(w, a), rel=1e-14)
+
+
+def test_grad_of_a_tuple_returning_function_is_a_type_error():
+    with pytest.raises(zyg.TypeMismatch, match="returns a tuple"):
+        zyg.grad(polar, target="python")(1.0, 2.0)
+
+
+# -- errors of the new failure modes ----------------------------------------------------
+def countdown(x, n):
+    if n == 0:
+        return x
+    return countdown(x * 1.1, n - 1)
+
+
+def test_recursion_is_reported_at_the_call():
+    with pytest.raises(zyg.UnsupportedSyntax, match="recursive call of 'countdown'") as ei:
+        zyg.grad(countdown, target="python")(1.0, 3)
+    assert ei.value.lineno == countdown.__code__.co_firstlineno + 3
+
+
+def no_such_field(s):
+    return s.x + s.w
+
+
+def test_missing_namedtuple_field_is_reported_at_the_line():
+    with pytest.raises(zyg.TypeMismatch, match="Osc has no field 'w'") as ei:
+        zyg.grad(no_such_field, target="python")(Osc(1.0, 2.0))
+    assert ei.value.lineno == no_such_field.__code__.co_firstlineno + 1
