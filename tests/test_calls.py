@@ -309,3 +309,20 @@ def test_missing_namedtuple_field_is_reported_at_the_line():
     with pytest.raises(zyg.TypeMismatch, match="Osc has no field 'w'") as ei:
         zyg.grad(no_such_field, target="python")(Osc(1.0, 2.0))
     assert ei.value.lineno == no_such_field.__code__.co_firstlineno + 1
+
+
+# -- functions passed to the differentiated function itself -----------------------------
+def wavy(t):
+    return t * math.sin(t)
+
+
+def test_function_arguments_are_inlined_and_get_no_gradient():
+    args = (wavy, 0.7, 3)
+    want = fd(lambda x: apply_n(wavy, x, 3), (0.7,), 0)
+    for target in TARGETS:
+        assert zyg.grad(apply_n, argnums=1, target=target)(*args) == pytest.approx(want, rel=1e-6)
+        val, (gf, gx) = zyg.value_and_grad(apply_n, argnums=(0, 1), target=target)(*args)
+        assert gf is None and gx == pytest.approx(want, rel=1e-6)
+        assert val == apply_n(*args)
+        y, back = zyg.pullback(apply_n, math.sin, 0.5, 2, target=target)
+        assert back(1.0) == (None, pytest.approx(math.cos(math.sin(0.5)) * math.cos(0.5), rel=1e-14), None)

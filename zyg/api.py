@@ -40,14 +40,20 @@ def reset_caches() -> None:
     _invalidate_caches()
 
 
-def ssa_of(f: Any) -> Function:
-    """The cleaned-up SSA IR of ``f`` (cached)."""
+def ssa_of(f: Any, statics: Optional[Dict[int, Any]] = None) -> Function:
+    """The cleaned-up SSA IR of ``f`` (cached); ``statics``: functions passed as arguments."""
     py = unwrap(f)
-    ir = _IR_CACHE.get(py)
+    key = (py, tuple(sorted(statics.items()))) if statics else py
+    ir = _IR_CACHE.get(key)
     if ir is None:
-        ir = run_pipeline(lower(py))
-        _IR_CACHE[py] = ir
+        ir = run_pipeline(lower(py, statics))
+        _IR_CACHE[key] = ir
     return ir
+
+
+def _is_static(a: Any) -> bool:
+    """Arguments passed as functions: inlined into the transformed code, not differentiated."""
+    return callable(a) and not isinstance(a, (np.ndarray, np.generic, type))
 
 
 _ALLOWED = ("bool", "int", "float", "complex")
@@ -95,7 +101,9 @@ def _normalise_argnums(argnums: Union[int, Sequence[int]], nargs: int) -> Tuple[
 class _Specializer:
     """Builds and caches compiled code per argument-type signature."""
 
-    def __init__(self, f: Callable, argnums, target: str, mode: str):
+    def __init__(self, f: Callable, argnums, target: str, mode: str,
+                 statics: Optional[Dict[int, Any]] = None):
+        self.statics = statics
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
         self.f = f
@@ -108,6 +116,12 @@ class _Specializer:
 
     def build(self, args: Sequence[Any]) -> Callable:
         key = _type_key(args)
+        if self.statics is None and any(_is_static(a) for a in args):
+            disp = self.cache.get(key)
+            if not isinstance(disp, _StaticDispatch):
+                disp = self.cache[key] = _StaticDispatch(self)
+            disp.entry_for(args)
+            return disp
         if any(isinstance(a, (np.ndarray, tuple)) for a in args):
             disp = self.cache.get(key)
             if not isinstance(disp, _ArrayDispatch):
@@ -119,7 +133,7 @@ class _Specializer:
         return entry
 
     def build_entry(self, args: Sequence[Any]) -> Callable:
-        ir = ssa_of(self.f)
+        ir = ssa_of(self.f, self.statics)
         if len(args) != len(ir.params):
             raise TypeError(f"{ir.name}() takes {len(ir.params)} positional arguments "
                             f"but {len(args)} were given")
@@ -240,6 +254,74 @@ class _Specializer:
                 return unflatten(flat.ret_tree, list(y))[0], back
             return y, back
         return run
+
+
+class _StaticDispatch:
+    """Cache entry for calls with function arguments: one specialiser per tuple of
+    functions passed (they are inlined), called with the other arguments."""
+
+    __slots__ = ("spec", "entries")
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.entries: Dict[Any, Callable] = {}
+
+    def entry_for(self, args) -> Callable:
+        statics = {i: a for i, a in enumerate(args) if _is_static(a)}
+        k = tuple(statics.items())
+        e = self.entries.get(k)
+        if e is None:
+            e = self.entries[k] = self._make(statics, len(args))
+        return e
+
+    def _make(self, statics: Dict[int, Any], nargs: int) -> Callable:
+        outer = self.spec
+        dyn = [i for i in range(nargs) if i not in statics]
+        pos = {i: j for j, i in enumerate(dyn)}
+        mode = outer.mode
+        if mode == "pullback":
+            nums, single = [], False
+            sub_argnums = 0
+        else:
+            nums, single = _normalise_argnums(outer.argnums, nargs)
+            kept = [pos[i] for i in nums if i in pos]
+            sub_argnums = tuple(kept) if kept else (0 if dyn else ())
+        sub = _Specializer(outer.f, sub_argnums, outer.target, mode, statics)
+
+        def call(*d):
+            fn = sub.cache.get(_type_key(d))
+            if fn is None:
+                fn = sub.build(d)
+            return fn(*d)
+        value = mode == "value_and_grad"
+
+        def grads(g):
+            per = dict(zip([i for i in nums if i in pos], g if nums and any(i in pos for i in nums)
+                           else ()))
+            out = tuple(per.get(i) for i in nums)
+            return out[0] if single else out
+        if mode == "pullback":
+            def run(*a):
+                y, back = call(*[a[i] for i in dyn])
+
+                def back2(dy=1.0):
+                    gs = back(dy)
+                    out = [None] * nargs
+                    for i, g in zip(dyn, gs):
+                        out[i] = g
+                    return tuple(out)
+                return y, back2
+            return run
+        if value:
+            return lambda *a: (lambda r: (r[0], grads(r[1])))(call(*[a[i] for i in dyn]))
+        return lambda *a: grads(call(*[a[i] for i in dyn]))
+
+    def __call__(self, *args):
+        statics = tuple((i, a) for i, a in enumerate(args) if _is_static(a))
+        e = self.entries.get(statics)
+        if e is None:
+            e = self.entry_for(args)
+        return e(*args)
 
 
 class _ArrayDispatch:

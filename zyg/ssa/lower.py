@@ -253,7 +253,8 @@ def is_user_function(fn: Any) -> bool:
 class Lowerer:
     """Builds a :class:`Function` from a Python function's source."""
 
-    def __init__(self, pyfn: Any):
+    def __init__(self, pyfn: Any, statics: Optional[Dict[int, Any]] = None):
+        self.statics = statics or {}     # argument position -> function passed for it
         self.pyfn = unwrap(pyfn)
         if not isinstance(self.pyfn, types.FunctionType):
             raise UnsupportedSyntax(f"zyg can only transform Python functions, not {type(pyfn).__name__}")
@@ -391,7 +392,11 @@ class Lowerer:
         argnames = [a.id for a in args.posonlyargs + args.args]
         entry = self.new_block(node)
         self.sealed.add(entry)
-        for name in argnames:
+        for i, name in enumerate(argnames):
+            if i in self.statics:
+                # a function argument: bound statically, not a parameter of the SSA function
+                self.f.static[name] = self.statics[i]
+                continue
             p = self.new_param(entry, name)
             self.write(name, entry, p)
         self.f.locals = set(argnames) | self._assigned_names(node)
@@ -415,7 +420,8 @@ class Lowerer:
         self._fill_edge_args()
         name = self.pyfn.__name__
         fn = Function(name if name != "<lambda>" else "lambda", self.blocks, self.order,
-                      self.src.filename, self.src.loc(node).lineno, argnames)
+                      self.src.filename, self.src.loc(node).lineno,
+                      [a for i, a in enumerate(argnames) if i not in self.statics])
         return fn
 
     def _fill_edge_args(self) -> None:
@@ -1181,6 +1187,7 @@ class Lowerer:
         return bound
 
 
-def lower(pyfn: Any) -> Function:
-    """Parse and lower ``pyfn`` to SSA (before cleanup passes)."""
-    return Lowerer(pyfn).lower()
+def lower(pyfn: Any, statics: Optional[Dict[int, Any]] = None) -> Function:
+    """Parse and lower ``pyfn`` to SSA (before cleanup passes); ``statics`` maps argument
+    positions to the functions passed there (inlined, not parameters)."""
+    return Lowerer(pyfn, statics).lower()
