@@ -482,7 +482,7 @@ class Lowerer:
             fv = self.function_value(st.value)
             if fv is not None and not isinstance(fv, type):
                 # g = lambda y: ..., h = g, s = np.sin: a function, bound statically
-                self.f.static[targets[0].id] = fv
+                self.bind_function(targets[0].id, fv, st)
                 return
             if targets[0].id in self.f.static:
                 raise self.unsupported(st, f"{targets[0].id!r} names a function and is reassigned "
@@ -890,7 +890,20 @@ class Lowerer:
         if st.name in self.f.locals:
             raise self.unsupported(st, f"{st.name!r} is both a nested function and a variable",
                                    "give the function its own name")
-        self.f.static[st.name] = self.make_closure(st)
+        self.bind_function(st.name, self.make_closure(st), st)
+
+    def bind_function(self, name: str, value: Any, node) -> None:
+        """Bind ``name`` to a function for the rest of the frame; one definition per name
+        (a loop may run the same one again), since the binding is static."""
+        old = self.f.static.get(name)
+        if old is not None and (isinstance(old, Closure) and isinstance(value, Closure)
+                                and old.node is not value.node
+                                or not (isinstance(old, Closure) or isinstance(value, Closure))
+                                and old is not value
+                                or isinstance(old, Closure) != isinstance(value, Closure)):
+            raise self.unsupported(node, f"the function {name!r} is defined more than once",
+                                   "zyg binds functions statically: give each definition its own name")
+        self.f.static[name] = value
 
     def expr_Attribute(self, node, hint) -> Operand:
         value = self.static_value(node)
