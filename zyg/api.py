@@ -621,3 +621,84 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
             f"=== fused value-and-gradient (used by zyg.grad) ===\n{fused.text()}")
     print(text, file=file or sys.stdout)
     return text
+
+
+_JVPS: Dict[Any, Callable] = {}
+
+
+def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
+        target: str = "cpu") -> Tuple[Any, Any]:
+    """Forward mode: ``(f(*primals), J @ tangents)``, the Jacobian-vector product.
+
+    ``tangents`` has the structure of ``primals`` (a float for a float, an array of the
+    same shape for an array, a tuple for a tuple); ``None`` or an int/bool argument's
+    entry means no tangent.  The result's tangent has the structure of the result.
+    Like ``jax.jvp``; computed by a forward-mode transform of ``f`` in one pass.
+    """
+    from .pullbacks.forward import Forward, check_forward_kinds
+    primals = tuple(primals)
+    tangents = tuple(tangents)
+    if len(primals) != len(tangents):
+        raise TypeMismatch(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+    py = unwrap(f)
+    name = getattr(py, "__name__", "f")
+    kinds = _kinds(primals, name)
+    key = (py, target, tuple(kinds))
+    entry = _JVPS.get(key)
+    if entry is None:
+        ir = ssa_of(f)
+        if len(primals) != len(ir.params):
+            raise TypeError(f"{ir.name}() takes {len(ir.params)} positional arguments "
+                            f"but {len(primals)} were given")
+        p = plan(ir, kinds, [i for i, k in enumerate(kinds) if differentiable(k)], target)
+        check_forward_kinds(p)
+        fwd = Forward(p, wrapper_for(target))
+        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
+        code = fwd.emit(stem)
+        (fn,), path, locs = load(code, fwd.ns.ns, [stem], target, stem)
+        fn = _checked(fn, path, locs, ir.name)
+        trees = p.flat.param_trees if p.flat is not None else [None] * len(primals)
+        active = [fwd.active(q) for q in p.fn.params]
+        ret_tree = p.flat.ret_tree if p.flat is not None else None
+        entry = _JVPS[key] = (fn, trees, active, ret_tree)
+    fn, trees, active, ret_tree = entry
+    flat_p = _flatten_args(primals, trees)
+    flat_t = _flatten_tangents(primals, tangents, trees)
+    targs = [_as_tangent(t, x) for t, x, a in zip(flat_t, flat_p, active) if a]
+    if isinstance(fn, _FirstCall):
+        fn = fn.compile_for(tuple(flat_p) + tuple(targs))
+        _JVPS[key] = (fn, trees, active, ret_tree)
+    y, ty = fn(*flat_p, *targs)
+    if ret_tree is not None:
+        return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]
+    return y, ty
+
+
+def _flatten_tangents(primals, tangents, trees) -> List[Any]:
+    out: List[Any] = []
+    for x, t, tree in zip(primals, tangents, trees):
+        if tree is None:
+            out.append(t)
+            continue
+        n = len(flatten_value(x))
+        if t is None:
+            out += [None] * n
+        else:
+            leaves = flatten_value(t) if isinstance(t, tuple) else None
+            if leaves is None or len(leaves) != n:
+                raise TypeMismatch("jvp: a tangent must have the structure of its primal")
+            out += leaves
+    return out
+
+
+def _as_tangent(t: Any, x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        if t is None:
+            return np.zeros_like(x)
+        t = np.asarray(t, dtype=x.dtype)
+        if t.shape != x.shape:
+            raise TypeMismatch(f"jvp: a tangent has shape {t.shape}, its primal {x.shape}")
+        return t
+    return 0.0 if t is None else float(t)

@@ -1,0 +1,387 @@
+"""Forward mode (``zyg.jvp``) by source transformation.
+
+The same front end, SSA, kinds, tuple flattening and activity as reverse mode
+(:func:`zyg.pullbacks.transform.plan`); the emitted function runs the primal CFG
+once, computing next to every active value its tangent ``t_<name>``:
+
+* scalar rules give the push-forward from the pullback's expressions: a scalar
+  pullback ``dx_i += e_i(x, y, dy)`` is linear in ``dy`` and equals
+  ``dy * df/dx_i``, so the tangent is ``sum_i e_i(x, y, dx_i)``;
+* elementwise array rules the same way (numpy broadcasting does the rest);
+  linear numpy functions (``sum``, ``reshape``, ``transpose``, ``cumsum``...)
+  are applied to the tangent; bilinear ones (``dot``, ``@``, ``outer``) by the
+  product rule; functions with a scalar result by ``sum(gradient * tangent)``;
+* arrays carry tangent arrays that alias exactly as the primal arrays do: a view's
+  tangent is the same view of the base's tangent, a write ``a[i] = v`` writes
+  ``t_a[i] = t_v``, an in-place update updates the tangent in place first.
+
+No tape is needed.  Array arguments are copied on entry, so that ``jvp`` leaves the
+caller's arrays unchanged, like a gradient does.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Dict, List, Optional, Set
+
+import numpy as np
+
+from ..errors import NoAdjoint, TypeMismatch, UnsupportedSyntax
+from ..rules import arrays as arules
+from ..rules import registry
+from ..ssa.analysis import array_ndim, is_array, is_complex, is_tuple
+from ..ssa.emit import INFIX, PREFIX, Code, Namespace, const_src, var_name
+from ..ssa.ir import Branch, Const, Jump, Return, Stmt, Undef, Var, callee_name
+from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
+from .arrays import inplace_src, zero_of
+from .closure import render, resolve_global
+
+# numpy functions linear in their first (array) operand: the tangent is the same call
+_LINEAR = {np.sum, np.mean, np.transpose, np.reshape, np.ravel, np.copy, np.cumsum, np.real,
+           np.imag, np.conj, np.conjugate, np.squeeze, np.expand_dims, np.flip, np.diag, np.trace}
+# bilinear in their two operands: the product rule
+_BILINEAR = {np.dot, np.matmul, operator.matmul, np.inner, np.outer, np.cross, np.kron}
+# linear in all their float operands jointly (the others are shapes and counts)
+_LINEAR_ALL = {np.full, np.full_like, np.linspace}
+_ELEMENTWISE = {operator.neg, operator.pos, abs, np.abs, np.absolute, np.conjugate, np.real, np.imag,
+                np.angle}
+_REDUCTIONS = {np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin}
+
+
+class Forward:
+    def __init__(self, p, wrap):
+        self.p = p
+        self.fn = p.fn
+        self.ns = Namespace(wrap)
+        self.act: Set[int] = set(p.active)
+
+    # -- helpers -------------------------------------------------------------------------
+    def kind(self, a) -> str:
+        if isinstance(a, Var):
+            return self.p.kinds.get(a.id, "float")
+        return "float"
+
+    def active(self, a) -> bool:
+        return isinstance(a, Var) and a.id in self.act
+
+    def src(self, a) -> str:
+        return var_name(a) if isinstance(a, Var) else const_src(a, self.ns)
+
+    def t(self, a) -> Optional[str]:
+        """The tangent of an operand, or None when it is zero."""
+        return "t_" + var_name(a) if self.active(a) else None
+
+    def tz(self, a) -> str:
+        """The tangent of an operand, a typed zero when it is inactive."""
+        t = self.t(a)
+        if t is not None:
+            return t
+        k = self.kind(a)
+        if is_array(k):
+            return f"np.zeros_like({self.src(a)})"
+        return "0.0"
+
+    def err(self, st: Stmt, msg: str, cls=NoAdjoint):
+        loc = st.loc
+        return cls(msg, loc.filename if loc else None, loc.lineno if loc else None,
+                   loc.col if loc else None)
+
+    # -- statements --------------------------------------------------------------------------
+    def call_src(self, st: Stmt, args: List[str]) -> str:
+        """The source of the statement's call with these rendered operands."""
+        e = st.expr
+        fn = e.fn
+        if isinstance(fn, InPlace):
+            fn = fn.op
+        if isinstance(fn, GetItem):
+            return f"{args[0]}[{index_src(fn.spec, args[1:])}]"
+        if isinstance(fn, Attr):
+            return f"{args[0]}.{fn.attr}"
+        if isinstance(fn, MakeTuple):
+            return "(" + "".join(a + ", " for a in args) + ")"
+        if isinstance(fn, ArrayOf):
+            return f"np.array([{', '.join(args)}])"
+        if isinstance(fn, Stacked):
+            kw = "".join(f", {k}={self.src(v)}" for k, v in e.kwargs.items())
+            return f"np.{fn.fn.__name__}(({''.join(a + ', ' for a in args)}){kw})"
+        if fn in INFIX and len(args) == 2 and not e.kwargs:
+            return f"({args[0]} {INFIX[fn]} {args[1]})"
+        if fn in PREFIX and len(args) == 1 and not e.kwargs:
+            return f"({PREFIX[fn]}{args[0]})"
+        kinds = [self.kind(a) for a in e.args]
+        kw = {k: (self.src(v), v.value if isinstance(v, Const) else arules._NOCONST)
+              for k, v in e.kwargs.items()}
+        if any(is_array(k) for k in kinds):
+            if len(e.args) == 2 and fn in (np.sum, np.mean, np.max, np.min, np.amax, np.amin, np.prod,
+                                           np.cumsum) and "axis" not in kw:
+                a1 = e.args[1]
+                kw["axis"] = (args[1], a1.value if isinstance(a1, Const) else arules._NOCONST)
+                args = args[:1]
+            try:
+                special = arules.primal_call(fn, list(args), kinds, kw,
+                                             self.kind(st.var) if st.var is not None else None)
+            except arules._RuleError as ex:
+                raise self.err(st, f"{callee_name(fn)}: {ex}", UnsupportedSyntax)
+            if special is not None:
+                return special
+        return f"{self.ns.ref(fn)}({', '.join(list(args) + [f'{k}={v[0]}' for k, v in kw.items()])})"
+
+    def stmt(self, st: Stmt, ind: int, code: Code) -> None:
+        e = st.expr
+        fn = e.fn
+        args = [self.src(a) for a in e.args]
+        if isinstance(fn, SetItem):
+            base = e.args[0]
+            if self.t(base) is not None:
+                idx = index_src(fn.spec, args[1:-1])
+                code.add(ind, f"{self.t(base)}[{idx}] = {self.t(e.args[-1]) or '0.0'}", st.loc)
+            code.add(ind, f"{args[0]}[{index_src(fn.spec, args[1:-1])}] = {args[-1]}", st.loc)
+            return
+        if isinstance(fn, InPlace) and is_array(self.kind(e.args[0])):
+            self.inplace(st, args, ind, code)
+            return
+        lhs = var_name(st.var) + " = " if st.var is not None else ""
+        code.add(ind, lhs + self.call_src(st, args), st.loc)
+        if st.var is None or not self.active(st.var):
+            return
+        tan = self.tangent(st, args)
+        code.add(ind, f"t_{var_name(st.var)} = {tan}", st.loc)
+
+    def inplace(self, st: Stmt, args: List[str], ind: int, code: Code) -> None:
+        """``a op= b`` on an array: the tangent first (it needs the old ``a``), then ``a``."""
+        e = st.expr
+        op = InPlace.SYMBOL[e.fn.op][0]
+        a, b = e.args[0], e.args[1]
+        ta, tb = self.t(a), self.t(b)
+        if ta is not None:
+            if op in "+-":
+                if tb is not None:
+                    code.add(ind, inplace_src(ta, op, tb), st.loc)
+            elif op == "*":
+                if tb is not None:
+                    code.add(ind, f"_tb = {args[0]} * {tb}", st.loc)
+                code.add(ind, inplace_src(ta, "*", args[1]), st.loc)
+                if tb is not None:
+                    code.add(ind, inplace_src(ta, "+", "_tb"), st.loc)
+            elif op == "/":
+                if tb is not None:
+                    code.add(ind, inplace_src(ta, "-", f"{args[0]} / {args[1]} * {tb}"), st.loc)
+                code.add(ind, inplace_src(ta, "/", args[1]), st.loc)
+            else:
+                raise self.err(st, f"forward mode of the in-place operator {op}= on arrays is "
+                                   "not supported", UnsupportedSyntax)
+        code.add(ind, inplace_src(args[0], op, args[1]), st.loc)
+        if st.var is not None:
+            code.add(ind, f"{var_name(st.var)} = {args[0]}", st.loc)
+            if ta is not None:
+                code.add(ind, f"t_{var_name(st.var)} = {ta}", st.loc)
+
+    def tangent(self, st: Stmt, args: List[str]) -> str:
+        """Source of the tangent of ``st.var``."""
+        e = st.expr
+        fn = e.fn
+        ops = e.args
+        act = [i for i, a in enumerate(ops) if self.active(a)]
+        if isinstance(fn, InPlace):
+            fn = fn.op
+        if isinstance(fn, (GetItem, Attr)):
+            if isinstance(fn, Attr) and fn.attr not in ("T", "real", "imag"):
+                raise self.err(st, f"'.{fn.attr}' has no tangent")
+            return self.call_src(st, [self.tz(ops[0])] + args[1:])
+        if isinstance(fn, (MakeTuple, ArrayOf, Stacked)):
+            return self.call_src(st, [self.tz(a) for a in ops])
+        kinds = [self.kind(a) for a in ops]
+        y = var_name(st.var)
+        if registry.is_nondifferentiable(fn):
+            # an allocation (np.zeros, np.empty, ...) whose array is written later
+            return f"np.zeros_like({y})" if is_array(self.kind(st.var)) else "0.0"
+        if any(is_array(k) for k in kinds):
+            return self.array_tangent(st, args, act, kinds, y)
+        rule = registry.lookup(fn)
+        conv = rule.converted if rule is not None else None
+        if conv is None or conv.back_exprs is None:
+            raise self.err(st, f"no forward rule for {callee_name(fn)}: its rule has no "
+                               "closed-form pullback expression")
+        terms = []
+        for i in act:
+            ex = conv.back_exprs[i] if i < len(conv.back_exprs) else None
+            if ex is None:
+                continue
+            mapping = dict(zip(conv.params, args))
+            mapping[conv.back_param] = self.t(ops[i])
+            if conv.out:
+                mapping[conv.out] = y
+            used: Set[str] = set()
+            text = render(ex, mapping, used)
+            ren = {}
+            for g in sorted(used):
+                bound = self.ns.bind(g, resolve_global(conv, g))
+                if bound != g:
+                    ren[g] = bound
+            if ren:
+                text = render(ex, {**mapping, **ren}, set())
+            terms.append(f"({text})")
+        return " + ".join(terms) if terms else "0.0"
+
+    def array_tangent(self, st: Stmt, args, act, kinds, y: str) -> str:
+        e = st.expr
+        fn = e.fn if not isinstance(e.fn, InPlace) else e.fn.op
+        ops = e.args
+        if registry.is_nondifferentiable(fn):
+            # an allocation (np.zeros, np.empty, ...) whose array is written later
+            return f"np.zeros_like({y})" if is_array(self.kind(st.var)) else "0.0"
+        if fn in _LINEAR_ALL:
+            return self.call_src(st, [self.t(a) or ("0.0" if self.kind(a) == "float" else s)
+                                      for a, s in zip(ops, args)])
+        if fn in _LINEAR:
+            return self.call_src(st, [self.tz(ops[0])] + args[1:])
+        if fn in _BILINEAR:
+            terms = []
+            for i in act:
+                a2 = list(args)
+                a2[i] = self.t(ops[i])
+                terms.append(self.call_src(st, a2))
+            return " + ".join(terms)
+        r = arules.rule_for(fn)
+        if r is None:
+            raise self.err(st, f"no forward rule for {callee_name(fn)} on arrays")
+        consts = [a.value if isinstance(a, Const) and not isinstance(a, Undef) else arules._NOCONST
+                  for a in ops]
+        kwx = {k: self.src(v) for k, v in e.kwargs.items()}
+        kwk = {k: self.kind(v) for k, v in e.kwargs.items()}
+        kwc = {k: (v.value if isinstance(v, Const) else arules._NOCONST) for k, v in e.kwargs.items()}
+        scalar_out = not is_array(self.kind(st.var))
+        elementwise = r.broadcast or fn in _ELEMENTWISE or registry.lookup(fn) is not None
+        terms = []
+        for i in act:
+            if elementwise:
+                c = arules.Ctx(list(args), y, self.t(ops[i]), kinds, consts, list(e.kwargs), kwx, kwk, kwc)
+                src = r.back(c, i)
+                if src is not None:
+                    terms.append(f"({src})")
+            elif scalar_out:
+                # d y = sum(dy/dx * dx): the pullback of dy = 1 is the gradient
+                c = arules.Ctx(list(args), y, "1.0", kinds, consts, list(e.kwargs), kwx, kwk, kwc)
+                src = r.back(c, i)
+                if src is not None:
+                    t = self.t(ops[i])
+                    terms.append(f"np.sum(({src}) * {t})" if is_array(kinds[i]) else f"(({src}) * {t})")
+            elif fn in _REDUCTIONS and i == 0:
+                # along an axis, each element reaches one output: sum(d y/d x * t, axis)
+                c = arules.Ctx(list(args), y, f"np.ones_like({y})", kinds, consts, list(e.kwargs),
+                               kwx, kwk, kwc)
+                src = r.back(c, i)
+                if len(ops) > 1:
+                    ax, axc = args[1], consts[1]
+                else:
+                    ax, axc = kwx["axis"], kwc["axis"]
+                prod = f"(({src}) * {self.t(ops[i])})"
+                special = arules.primal_call(np.sum, [prod], [kinds[0]], {"axis": (ax, axc)},
+                                             self.kind(st.var))
+                terms.append(special or f"np.sum({prod}, axis={ax})")
+            else:
+                raise self.err(st, f"no forward rule for {callee_name(fn)} with an array result")
+        return " + ".join(terms) if terms else "0.0"
+
+    # -- the function ---------------------------------------------------------------------------
+    def emit(self, name: str) -> Code:
+        fn = self.fn
+        params = [var_name(q) for q in fn.params]
+        tparams = [f"t_{var_name(q)}" for q in fn.params if self.active(q)]
+        code = Code()
+        code.add(0, f"def {name}({', '.join(params + tparams)}):")
+        code.add(1, f'"""Forward mode (jvp) of {fn.name} ({fn.filename}:{fn.firstlineno}), generated by zyg."""')
+        for q in fn.params:
+            if is_array(self.kind(q)):
+                # jvp leaves the caller's arrays as they were
+                code.add(1, f"{var_name(q)} = {var_name(q)}.copy()")
+                if self.active(q):
+                    code.add(1, f"t_{var_name(q)} = t_{var_name(q)}.copy()")
+        entry = fn.blocks[fn.order[0]]
+        # placeholders for values defined in one block and used in others (numba types them)
+        defined_in_entry = {st.var.id for st in entry.stmts if st.var is not None}
+        for blk in fn.iter_blocks():
+            if blk.id == entry.id:
+                continue
+            for v in list(blk.params) + [st.var for st in blk.stmts if st.var is not None]:
+                k = self.kind(v)
+                if k in ("none", "undef", "object") or v.id in defined_in_entry:
+                    continue
+                code.add(1, f"{var_name(v)} = {zero_of(k)}")
+                if self.active(v):
+                    code.add(1, f"t_{var_name(v)} = {zero_of(k) if not is_array(k) else zero_of(k)}")
+        if isinstance(self.p.ret_kind, str) and self.p.ret_kind not in ("none", "object"):
+            code.add(1, f"_ret = {zero_of(self.p.ret_kind)}")
+        for st in entry.stmts:
+            self.stmt(st, 1, code)
+        if isinstance(entry.term, Return):
+            self.ret(entry.term, 1, code, loop=False)
+        else:
+            self.term(entry, 1, code)
+            code.add(1, "while True:")
+            first = True
+            for blk in fn.iter_blocks():
+                if blk.id == entry.id:
+                    continue
+                code.add(2, f"{'if' if first else 'elif'} _blk == {blk.id}:")
+                first = False
+                for st in blk.stmts:
+                    self.stmt(st, 3, code)
+                if isinstance(blk.term, Return):
+                    self.ret(blk.term, 3, code, loop=True)
+                else:
+                    self.term(blk, 3, code)
+        code.add(1, "return _ret, _tret")
+        text = code.text()
+        for k, v in arules.helpers(self.p.target).items():
+            if k in text:
+                self.ns.ns[k] = v
+        return code
+
+    def edge(self, target: int, args, ind: int, code: Code) -> None:
+        params = self.fn.blocks[target].params
+        lhs, rhs = [], []
+        for p, a in zip(params, args):
+            lhs.append(var_name(p))
+            rhs.append(self.src(a))
+            if self.active(p):
+                lhs.append("t_" + var_name(p))
+                rhs.append(self.tz(a) if not is_array(self.kind(p)) or self.active(a)
+                           else f"np.zeros_like({self.src(a)})")
+        if lhs:
+            code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
+        code.add(ind, f"_blk = {target}")
+
+    def term(self, blk, ind: int, code: Code) -> None:
+        t = blk.term
+        if isinstance(t, Jump):
+            self.edge(t.target, t.args, ind, code)
+        elif isinstance(t, Branch):
+            code.add(ind, f"if {self.src(t.cond)}:")
+            self.edge(t.true, t.true_args, ind + 1, code)
+            code.add(ind, "else:")
+            self.edge(t.false, t.false_args, ind + 1, code)
+
+    def ret(self, t: Return, ind: int, code: Code, loop: bool) -> None:
+        v = t.value
+        code.add(ind, f"_ret = {self.src(v)}")
+        if self.active(v):
+            code.add(ind, f"_tret = {self.t(v)}")
+        else:
+            k = self.kind(v) if isinstance(v, Var) else "float"
+            if is_tuple(k):
+                code.add(ind, "_tret = (" + "".join(self.tz_leaf(x) + ", " for x in self.p.ret_parts) + ")")
+            else:
+                code.add(ind, f"_tret = {zero_of(k) if is_array(k) else '0.0'}"
+                         if not is_array(k) else f"_tret = np.zeros_like({self.src(v)})")
+        if loop:
+            code.add(ind, "break")
+
+    def tz_leaf(self, a) -> str:
+        return self.tz(a)
+
+
+def check_forward_kinds(p) -> None:
+    for q in p.fn.params:
+        k = p.kinds.get(q.id, "")
+        if is_complex(k) or (is_array(k) and k[0] == "c"):
+            raise TypeMismatch(f"{p.fn.name}: jvp of complex arguments is not supported yet")
