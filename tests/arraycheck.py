@@ -24,6 +24,12 @@ Checks, against the probe run as plain numpy:
 3. central finite differences of every element (step 1e-6, relative to the element);
 4. three random directions ``d`` of all inputs together:
    ``(L(x + h d) - L(x - h d)) / 2h == sum(grad * d)``.
+
+Complex operands (docs/complex.md) are differentiated too: a complex argument's
+gradient is ``dL/dRe + i dL/dIm``, so its finite differences perturb the real and
+the imaginary part of each element separately, and a direction ``d`` pairs with the
+gradient as ``Re(sum(conj(grad) * d))``.  A complex result is weighted by a complex
+``w`` and the probe returns the real part: ``np.sum(np.real(y * w))``.
 """
 from __future__ import annotations
 
@@ -84,15 +90,23 @@ _PROBES: Dict[Tuple[str, int, bool, Tuple[int, ...], str], Tuple[Callable, Calla
 
 
 def _is_float(a: Any) -> bool:
+    """A differentiable operand: float or complex (scalar or array)."""
     if isinstance(a, np.ndarray):
-        return a.dtype.kind == "f"
-    return isinstance(a, (float, np.floating))
+        return a.dtype.kind in "fc"
+    return isinstance(a, (float, np.floating, complex, np.complexfloating))
 
 
-def make_probe(expr: str, nargs: int, scalar_out: bool) -> Callable:
+def _is_complex(a: Any) -> bool:
+    return np.iscomplexobj(a)
+
+
+def make_probe(expr: str, nargs: int, scalar_out: bool, cplx_out: bool = False) -> Callable:
     """The plain-Python probe (also numpy's reference)."""
     params = "".join(f"a{i}, " for i in range(nargs)) + "w"
-    ret = "y * w" if scalar_out else "np.sum(y * w)"
+    if cplx_out:
+        ret = "(y * w).real" if scalar_out else "np.sum(np.real(y * w))"
+    else:
+        ret = "y * w" if scalar_out else "np.sum(y * w)"
     src = f"def probe({params}):\n    y = {expr}\n    return {ret}\n"
     # a stable pseudo-file name: zyg reads the probe's source through linecache
     name = f"<zyg-arraycheck-{zlib.crc32(src.encode()):08x}>"
@@ -103,11 +117,11 @@ def make_probe(expr: str, nargs: int, scalar_out: bool) -> Callable:
 
 
 def probe_for(expr: str, nargs: int, scalar_out: bool, argnums: Tuple[int, ...], target: str,
-              cache: bool = True) -> Tuple[Callable, Callable]:
-    key = (expr, nargs, scalar_out, argnums, target)
+              cache: bool = True, cplx_out: bool = False) -> Tuple[Callable, Callable]:
+    key = (expr, nargs, scalar_out, argnums, target, cplx_out)
     got = _PROBES.get(key) if cache else None
     if got is None:
-        ref = make_probe(expr, nargs, scalar_out)
+        ref = make_probe(expr, nargs, scalar_out, cplx_out)
         got = (ref, zyg.value_and_grad(ref, argnums, target=target))
         if cache:
             _PROBES[key] = got
@@ -118,6 +132,8 @@ def probe_for(expr: str, nargs: int, scalar_out: bool, argnums: Tuple[int, ...],
 def _f64(a: Any) -> Any:
     if isinstance(a, np.ndarray):
         return a.astype(np.float64) if a.dtype.kind == "f" else a.copy()
+    if _is_complex(a):
+        return complex(a)
     return float(a) if _is_float(a) else a
 
 
@@ -135,20 +151,23 @@ def _fd_elements(ref: Callable, args: List[Any], i: int, w: Any, rng) -> Tuple[A
         xs[i] = val
         return float(ref(*xs, w))
 
+    # a complex operand: dL/dRe + i dL/dIm (the real and imaginary parts perturbed apart)
+    units = (1.0, 1j) if _is_complex(a) else (1.0,)
     if not isinstance(a, np.ndarray):
         h = FD_STEP * max(1.0, abs(a))
-        return None, (at(a + h) - at(a - h)) / (2.0 * h)
+        return None, sum(u * (at(a + h * u) - at(a - h * u)) / (2.0 * h) for u in units)
     idxs = list(np.ndindex(a.shape))
     if len(idxs) > FD_MAX_ELEMS:
         pick = rng.choice(len(idxs), FD_MAX_ELEMS, replace=False)
         idxs = [idxs[k] for k in sorted(pick)]
-    out = np.empty(len(idxs))
+    out = np.zeros(len(idxs), dtype=np.complex128 if len(units) == 2 else np.float64)
     for k, idx in enumerate(idxs):
         h = FD_STEP * max(1.0, abs(a[idx]))
-        up, dn = a.copy(), a.copy()
-        up[idx] += h
-        dn[idx] -= h
-        out[k] = (at(up) - at(dn)) / (2.0 * h)
+        for u in units:
+            up, dn = a.copy(), a.copy()
+            up[idx] += h * u
+            dn[idx] -= h * u
+            out[k] += u * (at(up) - at(dn)) / (2.0 * h)
     return idxs, out
 
 
@@ -163,10 +182,14 @@ def check_expr(expr: str, args: Sequence[Any], target: str = "python", rtol: flo
     a64 = [_f64(a) for a in args]
     y = eval(expr, {"np": np}, {f"a{i}": a for i, a in enumerate(a64)})
     scalar_out = np.ndim(y) == 0
+    cplx_out = np.iscomplexobj(y)
     rng = np.random.default_rng(_seed(expr + repr([np.shape(a) for a in args])))
     w = float(rng.normal()) if scalar_out else rng.normal(size=np.shape(y))
-    ref, vg = probe_for(expr, len(args), scalar_out, argnums, target, cache)
-    lowp = any(isinstance(args[i], np.ndarray) and args[i].dtype != np.float64 for i in argnums)
+    if cplx_out:            # a random complex weight: every output component matters
+        w = w + 1j * (float(rng.normal()) if scalar_out else rng.normal(size=np.shape(y)))
+    ref, vg = probe_for(expr, len(args), scalar_out, argnums, target, cache, cplx_out)
+    lowp = any(isinstance(args[i], np.ndarray) and args[i].dtype not in (np.float64, np.complex128)
+               for i in argnums)
     tag = f"{label} [{target}]"
 
     # 1. the value, and the caller's arrays left as they were
@@ -190,6 +213,9 @@ def check_expr(expr: str, args: Sequence[Any], target: str = "python", rtol: flo
             assert isinstance(g, np.ndarray), f"{tag}: gradient {i} is a {type(g).__name__}, not an array"
             assert g.shape == a.shape, f"{tag}: gradient {i} has shape {g.shape}, argument {a.shape}"
             assert g.dtype == a.dtype, f"{tag}: gradient {i} has dtype {g.dtype}, argument {a.dtype}"
+        elif _is_complex(a):
+            assert np.ndim(g) == 0 and isinstance(g, (complex, np.complexfloating)), \
+                f"{tag}: gradient {i} of a complex argument is {g!r}"
         else:
             assert np.ndim(g) == 0 and isinstance(g, (float, np.floating)), \
                 f"{tag}: gradient {i} of a float argument is {g!r}"
@@ -199,7 +225,8 @@ def check_expr(expr: str, args: Sequence[Any], target: str = "python", rtol: flo
     atol = 1e-8 * scale if not lowp else 1e-4 * scale
     for i, g in zip(argnums, grads):
         idxs, fd = _fd_elements(ref, a64, i, w, rng)
-        got = float(g) if idxs is None else np.array([g[k] for k in idxs], dtype=np.float64)
+        cdt = np.complex128 if _is_complex(args[i]) else np.float64
+        got = cdt(g) if idxs is None else np.array([g[k] for k in idxs], dtype=cdt)
         np.testing.assert_allclose(got, fd, rtol=grtol, atol=atol,
                                    err_msg=f"{tag}: d/d(argument {i}) vs finite differences")
 
@@ -209,13 +236,18 @@ def check_expr(expr: str, args: Sequence[Any], target: str = "python", rtol: flo
     for k in range(DIRECTIONS):
         ds = {i: (rng.normal(size=np.shape(a64[i])) if isinstance(a64[i], np.ndarray)
                   else float(rng.normal())) for i in argnums}
+        for i in argnums:
+            if _is_complex(a64[i]):
+                ds[i] = ds[i] + 1j * (rng.normal(size=np.shape(a64[i])) if isinstance(a64[i], np.ndarray)
+                                      else float(rng.normal()))
         up = list(a64)
         dn = list(a64)
         for i, d in ds.items():
             up[i] = a64[i] + h * d
             dn[i] = a64[i] - h * d
         fd = (float(ref(*up, w)) - float(ref(*dn, w))) / (2.0 * h)
-        lin = sum(float(np.sum(np.asarray(g, dtype=np.float64) * ds[i])) for i, g in zip(argnums, grads))
+        # <grad, d> in the real inner product of C = R^2: Re(conj(grad) * d)
+        lin = sum(float(np.sum(np.real(np.conj(np.asarray(g)) * ds[i]))) for i, g in zip(argnums, grads))
         dscale = sum(float(np.sum(np.abs(d))) for d in ds.values())
         assert abs(fd - lin) <= grtol * max(abs(fd), abs(lin)) + atol * dscale, \
             f"{tag}: direction {k}: <grad, d> = {lin!r}, finite differences {fd!r}"

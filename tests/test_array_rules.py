@@ -350,6 +350,105 @@ rule(np.sum, _f32(3, 4), kw={"axis": 0}, id="np.sum(a0, axis=0)[3x4,f32]")
 expr("a@b[2,2,f32]", "a0 @ a1", _f32(3, 4), _f32(4, 2), covers=[operator.matmul])
 
 
+# --- complex operands (docs/complex.md) -----------------------------------------------------------
+def C(shape, re=(-1.5, 1.5), im=(-1.5, 1.5)):
+    """Complex samples, real and imaginary parts uniform; a Python complex for shape ()."""
+    if shape == ():
+        return complex(U((), *re), U((), *im))
+    return U(shape, *re) + 1j * U(shape, *im)
+
+
+def CD(shape):
+    """Inside the domain of every holomorphic function of the table: right half plane,
+    away from the real axis (branch cuts of log, sqrt, arccosh, arcsin, ...) and from 0."""
+    return C(shape, (0.3, 1.2), (0.2, 1.0))
+
+
+# rules with no complex form: zyg raises for complex operands (test_real_only_rules_reject_complex)
+REAL_ONLY_ARRAY = {np.maximum, np.minimum, np.fmax, np.fmin, np.arctan2, np.hypot, np.logaddexp,
+                   np.copysign, np.fmod, operator.mod, np.max, np.min, np.amax, np.amin, np.clip,
+                   np.fabs, np.cbrt, np.radians, np.degrees, np.deg2rad, np.rad2deg, np.sinc,
+                   np.linspace}
+COMPLEX_CPU = {"np.exp[3x4,c]", "abs[3x4,c]", "np.multiply[row,f*c]", "a**b[same,c]", "np.dot[2,1,c]",
+               "np.sum(a0, axis=0)[3x4,c]", "np.imag[3x4,c]", "a.real*b[3x4,c]"}
+
+for _f in UNARY_FNS:
+    if _f in REAL_ONLY_ARRAY:
+        continue
+    _id = f"np.{_f.__name__}[3x4,c]"
+    rule(_f, CD((3, 4)), id=_id, cpu=_id in COMPLEX_CPU)
+rule(builtins.abs, C((3, 4)), id="abs[3x4,c]", cpu=True)
+rule(np.sqrt, CD((5,)), id="np.sqrt[5,c]")
+for _f in (np.real, np.imag, np.conjugate, np.angle):
+    _id = f"np.{_f.__name__}[3x4,c]"
+    rule(_f, C((3, 4)), id=_id, cpu=_id in COMPLEX_CPU)
+    rule(_f, U((5,), -1.5, 1.5), id=f"np.{_f.__name__}[5,f]")       # a real operand
+expr("a.conj()[3x4,c]", "a0.conj()", C((3, 4)), covers=[np.conjugate])
+
+# binary: complex with complex, float with complex (promotion: the float operand gets the
+# real part of its cotangent), with broadcasting
+_CBIN = [("same", C((3, 4)), C((3, 4)), "c"), ("row", U((3, 4), -1.5, 1.5), C((4,)), "f*c"),
+         ("col", C((3, 4)), U((3, 1), 0.5, 1.5), "c*f"), ("scalar_l", C(()), U((3, 4), 0.5, 1.5), "c*f"),
+         ("scalar_r", U((3, 4), 0.5, 1.5), C(()), "f*c"), ("outer", C((3, 1)), C((1, 4)), "c")]
+for _f in (np.add, np.subtract, np.multiply, np.divide):
+    for _bc, _a, _b, _t in _CBIN:
+        _id = f"np.{_f.__name__}[{_bc},{_t}]"
+        rule(_f, _a, _b, id=_id, cpu=_id in COMPLEX_CPU)
+rule(np.power, CD((3, 4)), C((3, 4), (-1.0, 2.0), (-0.5, 0.5)), id="np.power[same,c]")
+rule(np.power, CD((3, 4)), U((4,), -1.0, 2.0), id="np.power[row,c*f]")
+rule(np.power, U((3, 4), 0.5, 2.0), C((), (-1.0, 2.0), (-0.5, 0.5)), id="np.power[scalar_r,f*c]")
+for _sym, _op in OPERATORS:
+    if _op is operator.mod:
+        continue
+    for _bc, _a, _b, _t in _CBIN[:3]:
+        if _op is operator.pow:
+            _a = CD(np.shape(_a)) if np.iscomplexobj(_a) else U(np.shape(_a), 0.5, 2.0)
+            _b = C(np.shape(_b), (-1.0, 2.0), (-0.5, 0.5)) if np.iscomplexobj(_b) else U(np.shape(_b), -1.0, 2.0)
+        _id = f"a{_sym}b[{_bc},{_t}]"
+        expr(_id, f"a0 {_sym} a1", _a, _b, covers=[_op], cpu=_id in COMPLEX_CPU)
+expr("a*conj(a)[3x4,c]", "a0 * np.conj(a0)", C((3, 4)), covers=[operator.mul, np.conjugate])
+expr("1j*a[3x4,f]", "1j * a0", U((3, 4), -1.5, 1.5), covers=[operator.mul])
+expr("neg[3x4,c]", "-a0", C((3, 4)), covers=[operator.neg])
+expr("pos[3x4,c]", "+a0", C((3, 4)), covers=[operator.pos])
+expr("abs(a)**2[5,c]", "np.abs(a0) ** 2", C((5,)), covers=[np.absolute, operator.pow])
+
+# reductions, linear algebra, selection, creation, joins and views
+for _f in (np.sum, np.mean, np.prod, np.cumsum):
+    for _ax in (None, 0, 1):
+        _id = f"{_f.__name__}[{_ax}]"
+        rule(_f, C((3, 4), (0.5, 1.5), (-0.5, 0.5)), kw=None if _ax is None else {"axis": _ax},
+             id=f"np.{_f.__name__}(a0{'' if _ax is None else f', axis={_ax}'})[3x4,c]",
+             cpu=f"np.{_f.__name__}(a0, axis={_ax})[3x4,c]" in COMPLEX_CPU)
+for _name, _f in [("np.dot", np.dot), ("np.matmul", np.matmul), ("np.inner", np.inner)]:
+    for _tag, _sa, _sb in [("1,1", (4,), (4,)), ("2,1", (3, 4), (4,)), ("2,2", (3, 4), (4, 4))]:
+        _id = f"{_name}[{_tag},c]"
+        rule(_f, C(_sa), C(_sb), id=_id, cpu=_id in COMPLEX_CPU)
+rule(np.dot, U((3, 4), -1.5, 1.5), C((4,)), id="np.dot[2,1,f*c]")
+rule(np.dot, C((3,)), C((3, 4)), id="np.dot[1,2,c]")
+rule(np.dot, C(()), C((3, 4)), id="np.dot[scalar,2,c]")
+expr("a@b[2,2,c]", "a0 @ a1", C((3, 4)), C((4, 2)), covers=[operator.matmul])
+expr("a@b[2,2,f*c]", "a0 @ a1", U((3, 4), -1.5, 1.5), C((4, 2)), covers=[operator.matmul])
+rule(np.outer, C((3,)), C((4,)), id="np.outer[c]")
+rule(np.outer, U((3,), -1.5, 1.5), C((4,)), id="np.outer[f*c]")
+rule(np.linalg.norm, C((5,)), id="np.linalg.norm[5,c]")
+rule(np.where, _cond.copy(), C((3, 4)), C((3, 4)), id="np.where[3x4,c]")
+rule(np.where, _cond.copy(), C((3, 4)), U((), -1.5, 1.5), id="np.where[3x4,f,c]")
+rule(np.full, Lit((3, 2)), C(()), id="np.full[c]")
+rule(np.full_like, C((3, 4)), C(()), id="np.full_like[c]")
+rule(np.copy, C((3, 4)), id="np.copy[3x4,c]")
+rule(np.ravel, C((3, 4)), id="np.ravel[3x4,c]")
+expr("np.array([a,b])[c]", "np.array([a0, a1])", C(()), C(()), covers=["ArrayOf"])
+expr("concatenate[3,4,c]", "np.concatenate((a0, a1))", C((3,)), C((4,)), covers=["concatenate"])
+expr("concatenate[evens,odds,c]", "np.concatenate((a0[0::2], a0[1::2]))", C((6,)), covers=["concatenate"])
+expr("stack[4,4,c]", "np.stack((a0, a1), axis=1)", C((4,)), C((4,)), covers=["stack"])
+expr("a[0::2]*b[1::2][6,c]", "a0[0::2] * a1[1::2]", C((6,)), C((6,)), covers=["view"])
+expr("a.T[3x4,c]", "a0.T", C((3, 4)), covers=["view"])
+expr("a.real*b[3x4,c]", "a0.real * a1", C((3, 4)), U((3, 4), -1.5, 1.5), covers=["view"], cpu=True)
+expr("a.imag[3x4,c]", "a0.imag", C((3, 4)), covers=["view"])
+expr("sin(a[::-1])[6,c]", "np.sin(a0[::-1])", C((6,)), covers=["view"])
+expr("exp(a)[2x3x2,c]", "np.exp(a0)", C((2, 3, 2)), covers=[np.exp])
+
+
 # --- the tests ---------------------------------------------------------------------------------
 def _params(cases: Sequence[Case], target: str):
     ids, out = set(), []
@@ -400,7 +499,7 @@ def test_every_broadcasting_rule_has_a_broadcasting_sample():
 
 
 def test_cpu_subset_is_small_and_varied():
-    assert 15 <= len(CPU_CASES) <= 40
+    assert 15 <= len(CPU_CASES) <= 48
     assert len(CASES) > 3 * len(CPU_CASES)
 
 
@@ -414,3 +513,37 @@ def test_checker_catches_a_wrong_rule(monkeypatch):
     monkeypatch.setitem(arules.ARRAY_RULES, np.multiply, arules._binary("b", "1.0"))
     with pytest.raises(AssertionError, match="finite differences"):
         check_expr("np.multiply(a0, a1)", [U((3, 4), -1.5, 1.5), U((4,), -1.5, 1.5)], cache=False)
+
+
+def test_checker_catches_a_wrong_complex_rule(monkeypatch):
+    """A complex rule that forgets to conjugate the derivative (dz += f'(z) * dy instead of
+    conj(f'(z)) * dy) fails the checker, and so does one that drops the imaginary part."""
+    monkeypatch.setitem(arules.ARRAY_RULES, np.exp, arules._unary("y", "y", conj=False))
+    with pytest.raises(AssertionError, match="finite differences"):
+        check_expr("np.exp(a0)", [C((3, 4))], cache=False)
+    monkeypatch.setitem(arules.ARRAY_RULES, np.multiply, arules._binary("b", "a", ("np.real(b)", "a")))
+    with pytest.raises(AssertionError, match="finite differences"):
+        check_expr("np.multiply(a0, a1)", [C((3, 4)), C((4,))], cache=False)
+
+
+def _complex_covered() -> List[Any]:
+    return [k for c in CASES if any(np.iscomplexobj(a) for a in c.args) for k in c.covers]
+
+
+def test_every_array_rule_has_a_complex_sample_or_is_real_only():
+    """Each array rule either goes through the checker with complex operands or is listed
+    in REAL_ONLY_ARRAY (and then rejects them: test_real_only_rules_reject_complex)."""
+    covered = _complex_covered()
+    missing = [getattr(k, "__name__", repr(k)) for k in arules.ARRAY_RULES
+               if k not in REAL_ONLY_ARRAY and not _has(covered, k)]
+    missing += [p for p in ("ArrayOf", "concatenate", "stack", "view") if not _has(covered, p)]
+    assert not missing, f"array rules without a complex sample: {missing}"
+    assert not [k for k in REAL_ONLY_ARRAY if _has(covered, k)]
+
+
+@pytest.mark.parametrize("src", ["np.maximum(a0, a1)", "np.fmin(a0, a1)", "np.max(a0)",
+                                 "np.min(a0, axis=0)"])
+def test_real_only_rules_reject_complex(src):
+    import zyg
+    with pytest.raises((zyg.NoAdjoint, zyg.TypeMismatch, zyg.UnsupportedSyntax), match="complex"):
+        check_expr(src, [C((3, 4)), C((3, 4))] if "a1" in src else [C((3, 4))], cache=False)

@@ -702,3 +702,78 @@ def _as_tangent(t: Any, x: Any) -> Any:
             raise TypeMismatch(f"jvp: a tangent has shape {t.shape}, its primal {x.shape}")
         return t
     return 0.0 if t is None else float(t)
+
+
+_GRAD_SOURCES: Dict[Any, Callable] = {}
+
+
+def _grad_source(f: Callable, args: Sequence[Any], argnum: int) -> Callable:
+    """A plain Python function (generated source on disk) computing the gradient of ``f``
+    w.r.t. argument ``argnum`` at arguments of these kinds: the recording primal, then
+    the adjoint.  zyg can transform it again (forward over reverse)."""
+    from .ssa.emit import var_name
+    ir = ssa_of(f)
+    kinds = _kinds(args, ir.name)
+    key = (unwrap(f), tuple(kinds), argnum)
+    fn = _GRAD_SOURCES.get(key)
+    if fn is not None:
+        return fn
+    if any(is_tuple(k) for k in kinds):
+        raise TypeMismatch(f"{ir.name}: higher-order derivatives of functions of tuples are not "
+                           "supported yet")
+    p = plan(ir, kinds, [argnum], "python")
+    if not differentiable(kinds[argnum]):
+        raise TypeMismatch(f"argument {argnum} of {ir.name} is not differentiable ({kinds[argnum]})")
+    if not (p.ret_kind == "float"):
+        raise TypeMismatch(f"{ir.name} must return a real number for a Hessian (it returns {p.ret_kind})")
+    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_d{argnum}"
+    code, ns, tape, mutates = emit_split(p, stem, lambda o: o)
+    params = [var_name(q) for q in p.fn.params]
+    code.add(0, "")
+    code.add(0, f"def {stem}_grad({', '.join(params)}):")
+    code.add(1, f'"""Gradient of {ir.name} w.r.t. argument {argnum} (for forward-over-reverse)."""')
+    code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
+    code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
+    code.add(1, "return _g[0]")
+    (fn,), _, _ = load(code, ns.ns, [stem + "_grad"], "python", stem)
+    _GRAD_SOURCES[key] = fn
+    return fn
+
+
+def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
+    """Hessian-vector product ``H(x) @ v`` of a real function ``f(x, *rest)`` w.r.t. ``x``,
+    without forming the Hessian: forward mode over the reverse-mode gradient (one pass)."""
+    args = (x,) + tuple(rest)
+    inner = _grad_source(f, args, 0)
+    tans = (v,) + (None,) * len(rest)
+    return jvp(inner, args, tans, target=target)[1]
+
+
+def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
+    """``hessian(f)(*args)``: the Hessian of a real function w.r.t. argument ``argnums``
+    (a float or a 1-D array), by forward mode over reverse mode: one Hessian-vector
+    product per column."""
+    if not isinstance(argnums, (int, np.integer)):
+        raise TypeError("hessian takes one argnum")
+
+    def h(*args):
+        inner = _grad_source(f, args, int(argnums))
+        x = args[argnums]
+        none = [None] * len(args)
+        if isinstance(x, np.ndarray):
+            if x.ndim != 1:
+                raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
+            out = np.empty((x.size, x.size), x.dtype)
+            e = np.zeros_like(x)
+            for k in range(x.size):
+                e[k] = 1.0
+                tans = list(none)
+                tans[argnums] = e
+                out[:, k] = jvp(inner, args, tuple(tans), target=target)[1]
+                e[k] = 0.0
+            return out
+        tans = list(none)
+        tans[argnums] = 1.0
+        return jvp(inner, args, tuple(tans), target=target)[1]
+    h.__name__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
+    return h

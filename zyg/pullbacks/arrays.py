@@ -204,6 +204,9 @@ class ArrayMixin:
                 self.stmt_pushes[blk.id].append((info["old"], old_kind, id(st)))
             needed += [a for a in e.args[1:-1]]
             needed.append(base)
+            if self.is_view(e.args[-1]):
+                # the adjoint adds into the value's shadow, a view: its indices are needed
+                needed.append(e.args[-1])
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, InPlace) and self.is_arr(e.args[0]):
             info["kind"] = "inplace"

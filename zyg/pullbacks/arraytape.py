@@ -40,5 +40,26 @@ def shadow_like(old, x):
     return np.zeros(x.shape, x.dtype)
 
 
+def reduce_like(e, t):
+    """``e`` summed over the axes it broadcasts over ``t``: what ``_zyg_acc_*(t, e)`` adds
+    into ``t`` (its pure form, used when zyg differentiates generated code again)."""
+    out = np.zeros(t.shape, t.dtype)
+    if e.ndim == out.ndim and e.shape == out.shape:
+        out += e
+        return out
+    if out.ndim == 0:
+        out += np.sum(e)
+        return out
+    lead = e.ndim - out.ndim
+    src = e.reshape((-1,) + e.shape[lead:]) if lead else e.reshape((1,) + e.shape)
+    for row in range(src.shape[0]):
+        part = src[row]
+        for ax in range(out.ndim):
+            if out.shape[ax] == 1 and part.shape[ax] != 1:
+                part = part.sum(axis=ax, keepdims=True)
+        out += part
+    return out
+
+
 def helpers_py():
     return {"_zyg_push_array": push_array, "_zyg_shadow_like": shadow_like}

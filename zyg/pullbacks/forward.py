@@ -47,6 +47,14 @@ _ELEMENTWISE = {operator.neg, operator.pos, abs, np.abs, np.absolute, np.conjuga
 _REDUCTIONS = {np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin}
 
 
+def _helper_linear() -> Dict[Any, tuple]:
+    """Helpers of generated code, linear in the operands listed (forward over reverse)."""
+    from . import arraytape, tape
+    from ..rules.arrays import acc_scalar_target
+    return {tape.grow: (0,), arraytape.push_array: (0, 2), arraytape.shadow_like: (0,),
+            arraytape.reduce_like: (0,), acc_scalar_target: (0,)}
+
+
 class Forward:
     def __init__(self, p, wrap):
         self.p = p
@@ -194,6 +202,9 @@ class Forward:
         if registry.is_nondifferentiable(fn):
             # an allocation (np.zeros, np.empty, ...) whose array is written later
             return f"np.zeros_like({y})" if is_array(self.kind(st.var)) else "0.0"
+        lin = _helper_linear().get(getattr(fn, "py_func", fn))
+        if lin is not None:
+            return self.call_src(st, [self.tz(a) if i in lin else s for i, (a, s) in enumerate(zip(ops, args))])
         if any(is_array(k) for k in kinds):
             return self.array_tangent(st, args, act, kinds, y)
         rule = registry.lookup(fn)

@@ -568,7 +568,9 @@ def helpers(target: str) -> Dict[str, Any]:
     }
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
-            out[f"_zyg_acc_{nt}_{ne}"] = ns[f"acc_{nt}_{ne}"]
+            acc = ns[f"acc_{nt}_{ne}"]
+            acc._zyg_accumulate = True     # lowered as t += reduce_like(e, t) (higher order)
+            out[f"_zyg_acc_{nt}_{ne}"] = acc
     from ..pullbacks import arraytape
     out.update(arraytape.helpers_py())
     if target != "python":

@@ -125,7 +125,8 @@ COMPLEX_SPECIAL = [
     ("np.angle", "a", "dy * 1j * a / (a.real * a.real + a.imag * a.imag)", "0.0 * dy", "np.angle(a)"),
     ("cmath.phase", "a", "dy * 1j * a / (a.real * a.real + a.imag * a.imag)", "0.0 * dy",
      "cmath.phase(a)"),
-    ("builtins.complex", "a, b", "dy.real, dy.imag", "dy.real, dy.imag", "complex(a, b)"),
+    # a + i b: holomorphic in both (real a, b take the real part: Re dy and Im dy)
+    ("builtins.complex", "a, b", "dy, -1j * dy", "dy, -1j * dy", "complex(a, b)"),
     ("cmath.rect", "a, b", "dy * np.conj(cmath.exp(1j * b)), dy * np.conj(1j * y)",
      "dy * np.conj(cmath.exp(1j * b)), dy * np.conj(1j * y)", "cmath.rect(a, b)"),
     ("real_part", "a", "dy", "dy", "a.real"),

@@ -38,8 +38,9 @@ def kind_of_value(v: Any) -> str:
         return "complex"
     if v is None:
         return "none"
-    if isinstance(v, type) and issubclass(v, np.number):
-        return "dtype"          # a constant dtype argument (np.complex128)
+    if isinstance(v, type) and issubclass(v, np.number) or isinstance(v, np.dtype):
+        # a dtype argument: a constant (np.complex128) or a.dtype passed to np.zeros
+        return f"dtype:{np.dtype(v).name}"
     return "object"
 
 
@@ -123,6 +124,8 @@ def sample(k: str, i: int) -> Any:
         vals = tuple(sample(e, i) for e in tuple_elts(k))
         cls = tuple_class(k)
         return vals if cls is None else cls(*vals)
+    if k.startswith("dtype:"):
+        return np.dtype(k[6:])
     vals = _SAMPLES[k]
     return vals[i % len(vals)]
 
@@ -130,6 +133,8 @@ def sample(k: str, i: int) -> Any:
 def n_samples(k: str) -> int:
     if is_array(k) or is_tuple(k):
         return 3
+    if k.startswith("dtype:"):
+        return 1
     return len(_SAMPLES[k])
 
 

@@ -37,7 +37,9 @@ _METHODS = {
     "cumsum": np.cumsum, "transpose": np.transpose, "ravel": np.ravel, "flatten": np.ravel,
     "reshape": np.reshape, "clip": np.clip, "conjugate": np.conjugate, "conj": np.conjugate,
 }
-_ATTRS = ("shape", "size", "ndim", "T", "real", "imag")
+_UFUNC_OPS = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+              np.divide: operator.truediv}
+_ATTRS = ("shape", "size", "ndim", "T", "real", "imag", "dtype")
 
 _BINOPS = {
     gast.Add: operator.add, gast.Sub: operator.sub, gast.Mult: operator.mul,
@@ -1007,6 +1009,18 @@ class Lowerer:
             fn = self.static_value(node.func)
         if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
             return self.inline(fn, node, hint)
+        if getattr(fn, "_zyg_accumulate", False) and len(node.args) == 2:
+            # generated code transformed again: _zyg_acc(t, e) is t += reduce_like(e, t)
+            from ..pullbacks.arraytape import reduce_like
+            t, e = self.expr(node.args[0]), self.expr(node.args[1])
+            r = self.emit(reduce_like, [e, t], node)
+            return self.inplace_update(node.args[0], operator.add, t, r, node)
+        if fn in _UFUNC_OPS and len(node.args) == 3 and not node.keywords and \
+                isinstance(node.args[0], gast.Name) and isinstance(node.args[2], gast.Name) and \
+                node.args[0].id == node.args[2].id:
+            # np.add(a, b, a): the in-place update of generated code (a += b)
+            t, e = self.expr(node.args[0]), self.expr(node.args[1])
+            return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "_replace":
             if node.args or any(k.arg is None for k in node.keywords):
                 raise self.unsupported(node, "_replace() takes keyword arguments only")
@@ -1114,6 +1128,15 @@ class Lowerer:
         finally:
             self.frames.pop()
             self.f = caller
+
+    def inplace_update(self, target_node, op, t: Operand, e: Operand, node) -> Operand:
+        """``t op= e`` in place; a name target is rebound to the result (as ``x op= y``)."""
+        v = self.emit(InPlace(op), [t, e], node)
+        if isinstance(target_node, gast.Name):
+            where, fr = self.resolve(target_node.id)
+            if where == "var":
+                self.defs[self.cur][fr.prefix + target_node.id] = v
+        return v
 
     def namedtuple(self, cls, node, hint: str) -> Operand:
         """``State(x, v=...)``: a tuple of the fields in order (defaults filled in)."""
