@@ -83,3 +83,41 @@ def test_second_derivative_of_loops_and_branches(target):
     for x in (0.4, 0.9, 1.3):
         d2 = zyg.hessian(loop_branch, target=target)(x, 4)
         assert d2 == pytest.approx(fd_of_grad(loop_branch, (x, 4), 0), rel=1e-6, abs=1e-9)
+
+
+def cubic_loop(x, y, n):
+    s = 0.0
+    for i in range(n):
+        s = s * 0.5 + x * x * y + math.sin(x * s)
+    return s
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_nested_grad_second_order(target):
+    d1 = zyg.grad(loop_branch, target=target)
+    d2 = zyg.grad(d1, target=target)
+    for x in (0.4, 0.9, 1.3):
+        assert d2(x, 4) == pytest.approx(fd_of_grad(loop_branch, (x, 4), 0), rel=1e-6, abs=1e-9)
+    # mixed second derivatives: d/dy of df/dx
+    dxy = zyg.grad(zyg.grad(cubic_loop, argnums=0, target=target), argnums=1, target=target)
+    gx = zyg.grad(cubic_loop, argnums=0, target="python")
+    h = 1e-5
+    want = (gx(0.6, 1.1 + h, 5) - gx(0.6, 1.1 - h, 5)) / (2 * h)
+    assert dxy(0.6, 1.1, 5) == pytest.approx(want, rel=1e-6)
+
+
+def test_nested_grad_third_order():
+    # the python target: numba compiles the third-order code slowly (docs/higher_order.md)
+    d3 = zyg.grad(zyg.grad(zyg.grad(loop_branch, target="python"), target="python"), target="python")
+    d2 = zyg.hessian(loop_branch, target="python")
+    h = 1e-4
+    for x in (0.4, 1.3):
+        want = (d2(x + h, 3) - d2(x - h, 3)) / (2 * h)
+        assert d3(x, 3) == pytest.approx(want, rel=1e-6)
+
+
+def test_value_and_grad_of_a_gradient():
+    d1 = zyg.grad(cubic_loop, target="python")
+    v, d2 = zyg.value_and_grad(d1, target="python")(0.6, 1.1, 5)
+    assert v == pytest.approx(d1(0.6, 1.1, 5), rel=1e-14)
+    assert d2 == pytest.approx(zyg.hessian(cubic_loop, target="python")(0.6, 1.1, 5), rel=1e-12)

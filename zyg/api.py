@@ -538,6 +538,8 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
 
 
 def _make(f, argnums, target, mode, doc):
+    if hasattr(f, "_zyg") and mode != "pullback":
+        return _nested(f, argnums, target, mode, doc)
     spec = _Specializer(f, argnums, target, mode)
     cache = spec.cache
 
@@ -777,3 +779,101 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
         return jvp(inner, args, tuple(tans), target=target)[1]
     h.__name__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
     return h
+
+
+def _derivative_source(G: Callable, args: Sequence[Any]) -> Callable:
+    """A plain Python function (generated source) computing the zyg transform ``G`` at
+    arguments of these kinds, which zyg can transform again.
+
+    ``G = grad(f, argnums=a)``: the recording primal and the adjoint of ``f``;
+    ``G = grad(H, argnums=b)`` for a transform ``H``: the forward mode of ``H``'s source
+    with the unit tangent on argument ``b`` (a float).
+    """
+    spec = G._zyg
+    if spec.mode != "grad" or not isinstance(spec.argnums, (int, np.integer)):
+        raise TypeMismatch("nested derivatives: the inner transform must be zyg.grad with one "
+                           "argnum (a scalar function's gradient)")
+    a = int(spec.argnums) % len(args)
+    if hasattr(spec.f, "_zyg"):
+        inner = _derivative_source(spec.f, args)
+        if not isinstance(args[a], (float, np.floating)):
+            raise TypeMismatch("nested derivatives of order 3 and more are taken w.r.t. float "
+                               "arguments")
+        return _jvp_source(inner, args, a)
+    return _grad_source(spec.f, args, a)
+
+
+_JVP_SOURCES: Dict[Any, Callable] = {}
+
+
+def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
+    """A plain Python function computing d fn / d args[b] (a float) by forward mode."""
+    from .pullbacks.forward import Forward
+    from .ssa.emit import var_name
+    ir = ssa_of(fn)
+    kinds = _kinds(args, ir.name)
+    key = (fn, tuple(kinds), b)
+    out = _JVP_SOURCES.get(key)
+    if out is not None:
+        return out
+    p = plan(ir, kinds, [b], "python")
+    fwd = Forward(p, lambda o: o)
+    stem = f"{_ident(ir.name)}_t{b}"
+    code = fwd.emit(stem + "_jvp")
+    params = [var_name(q) for q in p.fn.params]
+    tans = [("1.0" if i == b else "0.0") for i, q in enumerate(p.fn.params) if fwd.active(q)]
+    code.add(0, "")
+    code.add(0, f"def {stem}({', '.join(params)}):")
+    code.add(1, f'"""d {ir.name} / d argument {b} (forward mode), for nested derivatives."""')
+    code.add(1, f"return {stem}_jvp({', '.join(params + tans)})[1]")
+    (out,), _, _ = load(code, fwd.ns.ns, [stem], "python", stem)
+    _JVP_SOURCES[key] = out
+    return out
+
+
+def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
+    """``grad(G)`` of a zyg transform ``G``: forward mode over ``G``'s generated source
+    (one pass per float argument, one per element of an array argument)."""
+    value = mode == "value_and_grad"
+
+    def g(*args):
+        nums, single = _normalise_argnums(argnums, len(args))
+        src = _derivative_source(G, args)
+        none = [None] * len(args)
+        y = None
+        outs = []
+        for b in nums:
+            x = args[b]
+            if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+                d = np.empty(x.shape, x.dtype)
+                e = np.zeros_like(x)
+                for idx in np.ndindex(x.shape):
+                    e[idx] = 1.0
+                    t = list(none)
+                    t[b] = e
+                    y, dt = jvp(src, args, tuple(t), target=target)
+                    if np.ndim(dt) != 0:
+                        raise TypeMismatch("grad of a transform whose value is an array: the inner "
+                                           "gradient must be w.r.t. a float for a nested grad")
+                    d[idx] = dt
+                    e[idx] = 0.0
+                outs.append(d)
+            elif isinstance(x, (float, np.floating)):
+                t = list(none)
+                t[b] = 1.0
+                y, dy = jvp(src, args, tuple(t), target=target)
+                outs.append(dy)
+            else:
+                outs.append(None)
+        if np.ndim(y) != 0 and y is not None:
+            raise TypeMismatch("grad of a transform whose value is an array: the inner gradient "
+                               "must be w.r.t. a float for a nested grad")
+        if y is None and value:
+            y = src(*args)
+        res = outs[0] if single else tuple(outs)
+        return (y, res) if value else res
+    g.__doc__ = doc
+    g.__name__ = f"grad_{getattr(G, '__name__', 'f')}"
+    g._zyg = _Specializer.__new__(_Specializer)
+    g._zyg.f, g._zyg.argnums, g._zyg.mode, g._zyg.target = G, argnums, mode, target
+    return g

@@ -590,6 +590,17 @@ class ArrayMixin:
         """Push ``value`` right now (a statement's record); ``name`` is its adjoint name."""
         if is_array(kind):
             s = stack_of_array(kind)
+            # the data must leave free the room that the scalar pushes after it were
+            # promised when their block (or structured nest) checked capacity
+            ends = getattr(self, "_s_end", None)
+            if ends is not None and s in ends:
+                code.add(ind, f"_{s}end += {value}.size")
+                need = f"_{s}end"
+            else:
+                need = f"_{s}sp + {value}.size + {getattr(self, '_most', {}).get(s, 0)}"
+            code.add(ind, f"if {need} > _{s}cap:")
+            code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, {need})")
+            code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
             code.add(ind, f"_{s}s = _zyg_push_array(_{s}s, _{s}sp, {value})")
             code.add(ind, f"_{s}sp += {value}.size")
             code.add(ind, f"_{s}cap = _{s}s.shape[0]")

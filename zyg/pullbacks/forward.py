@@ -310,12 +310,13 @@ class Forward:
         entry = fn.blocks[fn.order[0]]
         # placeholders for values defined in one block and used in others (numba types them)
         defined_in_entry = {st.var.id for st in entry.stmts if st.var is not None}
+        cross = self.cross_block_values()
         for blk in fn.iter_blocks():
             if blk.id == entry.id:
                 continue
             for v in list(blk.params) + [st.var for st in blk.stmts if st.var is not None]:
                 k = self.kind(v)
-                if k in ("none", "undef", "object") or v.id in defined_in_entry:
+                if k in ("none", "undef", "object") or v.id in defined_in_entry or v.id not in cross:
                     continue
                 code.add(1, f"{var_name(v)} = {zero_of(k)}")
                 if self.active(v):
@@ -347,6 +348,32 @@ class Forward:
             if k in text:
                 self.ns.ns[k] = v
         return code
+
+    def cross_block_values(self) -> Set[int]:
+        """Values used in a block other than the one defining them (block parameters are
+        assigned on edges, so they count too): these need a typed placeholder."""
+        home: Dict[int, int] = {}
+        out: Set[int] = set()
+        for blk in self.fn.iter_blocks():
+            for q in blk.params:
+                home[q.id] = blk.id
+                out.add(q.id)
+            for st in blk.stmts:
+                if st.var is not None:
+                    home[st.var.id] = blk.id
+        for blk in self.fn.iter_blocks():
+            uses = [a for st in blk.stmts for a in list(st.expr.args) + list(st.expr.kwargs.values())]
+            t = blk.term
+            if isinstance(t, Branch):
+                uses += [t.cond] + list(t.true_args) + list(t.false_args)
+            elif isinstance(t, Jump):
+                uses += list(t.args)
+            elif isinstance(t, Return):
+                uses.append(t.value)
+            for a in uses:
+                if isinstance(a, Var) and home.get(a.id, blk.id) != blk.id:
+                    out.add(a.id)
+        return out
 
     def edge(self, target: int, args, ind: int, code: Code) -> None:
         params = self.fn.blocks[target].params

@@ -1,7 +1,8 @@
 """The reverse-mode transform: SSA function -> Python source of primal + adjoint.
 
-Both halves are emitted as *dispatch loops* over block ids (Python has no goto;
-LLVM threads the jumps, so this costs nothing measurable in numba):
+Both halves are emitted as *dispatch loops* over block ids (Python has no goto),
+except that nests of counted loops are emitted as real nested loops, each nest one
+dispatch case (``structured.py``):
 
 * the primal runs the original CFG; each active call is replaced by its rule's
   forward code; blocks inside loops push their residuals on typed stacks, merge
@@ -33,6 +34,7 @@ from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer
                             is_complex, loops_of_blocks, natural_loops)
 from ..ssa.prims import Attr, InPlace
 from .arrays import ArrayMixin, zero_of
+from .structured import StructuredMixin
 from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Namespace, const_src, var_name
 from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var, callee_name
 from ..ssa.passes import dominators, verify
@@ -188,7 +190,7 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
                 loops, Aliases(fn, kinds), rk, flat, ret_parts)
 
 
-class Emitter(ArrayMixin):
+class Emitter(ArrayMixin, StructuredMixin):
     def __init__(self, p: Plan, wrap: Callable[[Any], Any]):
         self.p = p
         self.fn = p.fn
@@ -204,8 +206,11 @@ class Emitter(ArrayMixin):
         self.rules: Dict[int, ConvertedRule] = {}
         self._find_counted_loops()
         self._find_simple_loops()
-        self._find_inlining()
         self._prepare()
+        self._find_structured()         # structured.py: needs the pushes of _prepare
+        for h in [h for h in self.simple_loops if h in self.struct_blocks]:
+            del self.simple_loops[h]
+        self._find_inlining()
 
     # -- helpers ------------------------------------------------------------------
     def kind(self, v) -> str:
@@ -335,7 +340,8 @@ class Emitter(ArrayMixin):
         each loop's trip count and the start values of its recomputed counters."""
         out = []
         for h in self.exited_counts(src, target):
-            out.append((f"_n{h}", "int"))
+            if not self.s_trip_recomputed(h):
+                out.append((f"_n{h}", "int"))
             out += [(name, "int") for name, _ in self.init_push.get(h, [])]
         return out
 
@@ -343,7 +349,8 @@ class Emitter(ArrayMixin):
         """Adjoint names the exit items are popped into, in push order."""
         out = []
         for h in self.exited_counts(src, target):
-            out.append(f"_n{h}")
+            if not self.s_trip_recomputed(h):
+                out.append(f"_n{h}")
             out += [ini for _, ini in self.init_push.get(h, [])]
         return out
 
@@ -516,7 +523,10 @@ class Emitter(ArrayMixin):
             args += [f"{k}={self.src(v)}" for k, v in e.kwargs.items()]
             code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
 
-    def edge(self, src_blk: int, target: int, args, ind: int, code: Code, record: bool) -> None:
+    def edge(self, src_blk: int, target: int, args, ind: int, code: Code, record: bool,
+             goto: bool = True) -> None:
+        """The edge src_blk -> target: parameter transfer and records, then (``goto``) the
+        jump: the target inlined or ``_blk = target``."""
         params = self.fn.blocks[target].params
         if params:
             lhs = [var_name(p) for p in params]
@@ -544,6 +554,8 @@ class Emitter(ArrayMixin):
                 self.push_code([(str(k), "tag")], ind, code)
             else:
                 code.add(ind, f"_tag{target} = {k}")
+        if not goto:
+            return
         if target in self.p_inline:
             self.primal_block(self.fn.blocks[target], ind, code, record, self._grows, inlined=True)
             return
@@ -560,6 +572,11 @@ class Emitter(ArrayMixin):
         grows = record and bool(self.stack_used)
         self._record = record
         self._grows = grows
+        most: Dict[str, int] = {}
+        for blk in self.fn.iter_blocks():
+            for s, n in self.total_demand(blk).items():
+                most[s] = max(most.get(s, 0), n)
+        self._most = most          # room an array push leaves free (ArrayMixin.push_now)
         entry = self.fn.blocks[self.fn.order[0]]
         hoisted = self.entry_hoistable(entry)
         if hoisted:
@@ -575,6 +592,10 @@ class Emitter(ArrayMixin):
         code.add(ind, "while True:")
         def case(bid: int, i2: int) -> None:
             blk = self.fn.blocks[bid]
+            if blk.id in self.struct_roots:
+                # a structured loop nest: real nested loops (structured.py)
+                self.s_primal_root(blk.id, i2, code, grows)
+                return
             if blk.id in self.simple_loops:
                 # a two-block loop runs as a real while loop inside its case
                 body = self.fn.blocks[self.simple_loops[blk.id]]
@@ -591,14 +612,11 @@ class Emitter(ArrayMixin):
                 return
             self.primal_block(blk, i2, code, record, grows)
         dispatch(code, ind + 1, [b for b in self.fn.order if b not in self.p_inline
-                                 and not (hoisted and b == entry.id)], case)
+                                 and not (hoisted and b == entry.id)
+                                 and (b not in self.struct_blocks or b in self.struct_roots)], case)
         if grows:
             code.add(ind, "if _blk == -1:")
             code.add(ind + 1, "break")
-            most: Dict[str, int] = {}
-            for blk in self.fn.iter_blocks():
-                for s, n in self.total_demand(blk).items():
-                    most[s] = max(most.get(s, 0), n)
             for s in sorted(self.stack_used):
                 room = most.get(s, 0) + 64
                 # _<s>want: the room a whole counted loop asked for (hoisted_check)
@@ -614,6 +632,11 @@ class Emitter(ArrayMixin):
             cond = " or ".join(f"_{s}sp + {n} > _{s}cap" for s, n in sorted(need.items()))
             code.add(i2, f"if {cond}:")
             code.add(i2 + 1, "break")
+        self.primal_body(blk, i2, code, record)
+        self.primal_term(blk, i2, code, record, grows)
+
+    def primal_body(self, blk, i2: int, code: Code, record: bool) -> None:
+        """A block's statements and records, without its terminator."""
         if record:
             first = blk.id == self.fn.order[0]
             for p in blk.params:
@@ -625,6 +648,8 @@ class Emitter(ArrayMixin):
             self.push_code(self.pushes[blk.id], i2, code)
         if record:
             self.push_block_arrays(blk, i2, code)
+
+    def primal_term(self, blk, i2: int, code: Code, record: bool, grows: bool) -> None:
         t = blk.term
         if isinstance(t, Jump):
             self.edge(blk.id, t.target, t.args, i2, code, record)
@@ -648,7 +673,7 @@ class Emitter(ArrayMixin):
         removes most dispatches (each one an unpredictable indirect jump) from
         code with branches and nested loops.
         """
-        special = set(self.simple_loops) | set(self.simple_loops.values())
+        special = set(self.simple_loops) | set(self.simple_loops.values()) | self.struct_blocks
         entry = self.fn.order[0]
         self.p_inline: Set[int] = set()
         self.a_inline: Set[int] = set()
@@ -711,9 +736,12 @@ class Emitter(ArrayMixin):
                 for w in wants:
                     code.add(ind + 1, w)
                 code.add(ind + 1, "break")
+            self.s_reserve({k: f"{dh.get(k, 0)} * ({trip} + 1) + {db.get(k, 0)} * {trip}"
+                            for k in set(dh) | set(db)}, self.array_stacks(), ind, code)
         code.add(ind, f"for _k{head.id} in range({trip}):")
         self.primal_block(body, ind + 1, code, record, grows, inlined=True)
         self.primal_block(head, ind, code, record, grows, inlined=True)
+        self._s_end = None
         return True
 
     def entry_hoistable(self, entry) -> bool:
@@ -795,6 +823,9 @@ class Emitter(ArrayMixin):
 
         def case(bid: int, i2: int) -> None:
             blk = fn.blocks[bid]
+            if blk.id in self.struct_roots:
+                self.s_adj_loop(blk.id, i2, code, cont=None)
+                return
             if blk.id in self.simple_loops:
                 body = self.fn.blocks[self.simple_loops[blk.id]]
                 self._in_simple = True
@@ -806,10 +837,18 @@ class Emitter(ArrayMixin):
                 self._in_simple = False
                 return
             self.adjoint_block(blk, i2, code)
-        dispatch(code, ind + 1, [b for b in reversed(fn.order) if b not in self.a_inline], case)
+        dispatch(code, ind + 1, [b for b in reversed(fn.order) if b not in self.a_inline
+                                 and (b not in self.struct_blocks or b in self.struct_roots)], case)
 
     def adjoint_block(self, blk, i2: int, code: Code) -> None:
         """Reverse of one block: pop residuals, run pullbacks backwards, go to the predecessor."""
+        self.adjoint_stmts(blk, i2, code)
+        self.adjoint_entry(blk, i2, code)
+        if blk.id == self.fn.order[0]:
+            code.add(i2, "break")
+
+    def adjoint_stmts(self, blk, i2: int, code: Code) -> None:
+        """Reverse of a block's statements: pop its residuals, run the pullbacks backwards."""
         local: Dict[str, str] = {}
         self._adj_blk = blk.id
         self.pop_block_arrays(blk, local, i2, code)
@@ -828,9 +867,6 @@ class Emitter(ArrayMixin):
                 self.adjoint_array_stmt(blk, st, local, i2, code)
             elif st.var is not None and st.var.id in self.rules:
                 self.adjoint_stmt(blk, st, local, i2, code)
-        self.adjoint_entry(blk, i2, code)
-        if blk.id == self.fn.order[0]:
-            code.add(i2, "break")
 
     def value_ref(self, a, local: Dict[str, str]) -> str:
         if not isinstance(a, Var):
@@ -895,7 +931,11 @@ class Emitter(ArrayMixin):
         if self.in_loop(blk.id):
             code.add(ind, f"{dy} = {ZERO.get(self.kind(st.var), '0.0')}")
 
-    def adjoint_entry(self, blk, ind: int, code: Code) -> None:
+    def adjoint_entry(self, blk, ind: int, code: Code, only: Optional[int] = None, cont=None) -> None:
+        """Hand the cotangents of ``blk``'s parameters to the edge that was taken, then go
+        to its source: a jump, or the source's adjoint inlined.  ``only``: the edge from
+        that predecessor, known to be the one taken.  ``cont(pred, ind)``: emits what
+        follows instead of the jump (structured emission)."""
         if blk.id == self.fn.order[0]:
             return
         act = [(k, p) for k, p in enumerate(blk.params) if self.is_active(p) and not self.is_arr(p)]
@@ -919,6 +959,7 @@ class Emitter(ArrayMixin):
         ps = self.p.preds[blk.id]
 
         def to_pred(pred: int, i2: int):
+            n0 = len(code.lines)
             t = self.fn.blocks[pred].term
             if isinstance(t, Jump):
                 args = t.args
@@ -948,6 +989,17 @@ class Emitter(ArrayMixin):
             for name in reversed(self.exit_pops(pred, blk.id)):
                 code.add(i2, "_isp -= 1")
                 code.add(i2, f"{name} = _is[_isp]")
+            for h in self.exited_counts(pred, blk.id):
+                if self.s_trip_recomputed(h):
+                    code.add(i2, f"_n{h} = {self.s_trip_src(h)}")
+            if cont is not None:
+                for z in zero_after:
+                    code.add(i2, z)
+                cont(pred, i2)
+                self._adj_blk = blk.id
+                if i2 != ind and len(code.lines) == n0:
+                    code.add(i2, "pass")
+                return
             if pred in self.a_inline and not self._in_simple:
                 saved = self._adj_blk
                 self.adjoint_block(self.fn.blocks[pred], i2, code)
@@ -961,8 +1013,14 @@ class Emitter(ArrayMixin):
             zero_after = []
 
         def finish():
+            if cont is not None:
+                return          # done by to_pred, before the continuation
             for z in zero_after:
                 code.add(ind, z)
+        if only is not None:
+            to_pred(only, ind)
+            finish()
+            return
         if len(ps) == 1:
             to_pred(ps[0], ind)
             finish()

@@ -819,8 +819,10 @@ class Lowerer:
                                    "functions defined or passed in differentiated code can be "
                                    "called, or passed on to another function, but not stored or returned")
         value = self.lookup_global(node, x)
-        if isinstance(value, (int, float, bool, complex, np.ndarray)) or value is None:
-            # globals are frozen at compile time (as numba does) and never differentiated
+        if isinstance(value, (int, float, bool, complex, np.ndarray)) or value is None or \
+                isinstance(value, type) and issubclass(value, np.number):
+            # globals are frozen at compile time (as numba does) and never differentiated;
+            # numpy scalar types are dtype arguments (np.empty(n, np.float64))
             return Const(value)
         if isinstance(value, tuple) and all(isinstance(e, (int, float, bool, complex)) for e in value):
             return self.emit(MakeTuple(), [Const(e) for e in value], node)
@@ -1007,8 +1009,6 @@ class Lowerer:
             fn = self.make_closure(node.func)
         else:
             fn = self.static_value(node.func)
-        if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
-            return self.inline(fn, node, hint)
         if getattr(fn, "_zyg_accumulate", False) and len(node.args) == 2:
             # generated code transformed again: _zyg_acc(t, e) is t += reduce_like(e, t)
             from ..pullbacks.arraytape import reduce_like
@@ -1021,6 +1021,8 @@ class Lowerer:
             # np.add(a, b, a): the in-place update of generated code (a += b)
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
+            return self.inline(fn, node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "_replace":
             if node.args or any(k.arg is None for k in node.keywords):
                 raise self.unsupported(node, "_replace() takes keyword arguments only")
