@@ -121,3 +121,31 @@ def test_value_and_grad_of_a_gradient():
     v, d2 = zyg.value_and_grad(d1, target="python")(0.6, 1.1, 5)
     assert v == pytest.approx(d1(0.6, 1.1, 5), rel=1e-14)
     assert d2 == pytest.approx(zyg.hessian(cubic_loop, target="python")(0.6, 1.1, 5), rel=1e-12)
+
+
+def vector_fn(x, c):
+    # R^3 -> R^4 with a loop, a branch and an in-place update
+    y = np.zeros(4)
+    for i in range(3):
+        if x[i] > 0.0:
+            y[i] += c * math.sin(x[i])
+        else:
+            y[i] += x[i] * x[i]
+        y[3] += x[i] * y[i]
+    return y
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_jacobian_both_ways(target):
+    x = np.array([0.4, -0.7, 1.2])
+    Jf = zyg.jacobian(vector_fn, mode="fwd", target=target)(x, 1.5)
+    Jr = zyg.jacobian(vector_fn, mode="rev", target=target)(x, 1.5)
+    h = 1e-6
+    want = np.stack([(vector_fn(x + h * e, 1.5) - vector_fn(x - h * e, 1.5)) / (2 * h)
+                     for e in np.eye(3)], axis=1)
+    assert Jf.shape == Jr.shape == (4, 3)
+    np.testing.assert_allclose(Jf, want, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(Jr, Jf, rtol=1e-12, atol=1e-14)
+    # w.r.t. a float argument: shape (4,)
+    Jc = zyg.jacobian(vector_fn, argnums=1, target=target)(x, 1.5)
+    np.testing.assert_allclose(Jc, (vector_fn(x, 1.5 + h) - vector_fn(x, 1.5 - h)) / (2 * h), rtol=1e-6)

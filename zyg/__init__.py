@@ -17,12 +17,12 @@ from .errors import (ZygError, UnsupportedSyntax, NoAdjoint, CompileError,  # no
                      TypeMismatch)
 from .rules.registry import adjoint, nondifferentiable  # noqa: F401
 from . import rules as _rules  # noqa: F401  (registers the built-in rules)
-from .api import (grad, value_and_grad, pullback, jvp, hvp, hessian, stop_gradient, show,  # noqa: F401
-                  reset_caches)
+from .api import (grad, value_and_grad, pullback, jvp, hvp, hessian, jacobian,  # noqa: F401
+                  stop_gradient, show, reset_caches)
 
 nondifferentiable(stop_gradient)
 _rules.registry.end_builtin_phase()
 
-__all__ = ["grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "adjoint", "nondifferentiable",
+__all__ = ["grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
            "CompileError", "TypeMismatch"]

@@ -877,3 +877,61 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     g._zyg = _Specializer.__new__(_Specializer)
     g._zyg.f, g._zyg.argnums, g._zyg.mode, g._zyg.target = G, argnums, mode, target
     return g
+
+
+def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str = "cpu") -> Callable:
+    """``jacobian(f)(*args)``: the Jacobian of ``f`` w.r.t. argument ``argnums``.
+
+    For a result of shape ``S`` and an argument of shape ``A`` (a float: ``()``) the
+    Jacobian has shape ``S + A``, as ``jax.jacobian``.  ``mode="fwd"`` runs one ``jvp``
+    per element of the argument; ``mode="rev"`` one ``pullback`` per element of the
+    result; ``"auto"`` picks the one with fewer passes (forward on ties).
+    """
+    if mode not in ("auto", "fwd", "rev"):
+        raise ValueError("mode must be 'auto', 'fwd' or 'rev'")
+    if not isinstance(argnums, (int, np.integer)):
+        raise TypeError("jacobian takes one argnum")
+
+    def jac(*args):
+        i = int(argnums) % len(args)
+        x = args[i]
+        if not (isinstance(x, (float, np.floating)) or
+                isinstance(x, np.ndarray) and x.dtype.kind == "f"):
+            raise TypeMismatch(f"jacobian: argument {i} must be a float or a float array")
+        xs = np.shape(x)
+        n_in = int(np.prod(xs)) if xs else 1
+        y0 = f(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        if isinstance(y0, tuple):
+            raise TypeMismatch("jacobian: tuple results are not supported; take one entry")
+        ys = np.shape(y0)
+        n_out = int(np.prod(ys)) if ys else 1
+        m = mode if mode != "auto" else ("fwd" if n_in <= n_out else "rev")
+        J = np.empty((n_out, n_in))
+        if m == "fwd":
+            for k in range(n_in):
+                t = [None] * len(args)
+                if xs:
+                    e = np.zeros(xs, np.asarray(x).dtype)
+                    e.flat[k] = 1.0
+                    t[i] = e
+                else:
+                    t[i] = 1.0
+                _, ty = jvp(f, args, tuple(t), target=target)
+                J[:, k] = np.ravel(ty)
+        else:
+            fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+            y, back = pullback(f, *fresh, target=target)
+            for r in range(n_out):
+                if ys:
+                    dy = np.zeros(ys, np.asarray(y).dtype)
+                    dy.flat[r] = 1.0
+                else:
+                    dy = 1.0
+                if r:
+                    y, back = pullback(f, *[a.copy() if isinstance(a, np.ndarray) else a
+                                            for a in args], target=target)
+                g = back(dy)[i]
+                J[r, :] = 0.0 if g is None else np.ravel(g)
+        return J.reshape(ys + xs)
+    jac.__name__ = f"jacobian_{getattr(unwrap(f), '__name__', 'f')}"
+    return jac
