@@ -294,16 +294,105 @@ def test_grad_of_a_tuple_returning_function_is_a_type_error():
 
 
 # -- errors of the new failure modes ----------------------------------------------------
-def countdown(x, n):
+# -- recursion: direct, tree, mutual, an FFT over a complex array -------------------------
+def power(x, n):
+    if n == 0:
+        return 1.0
+    return x * power(x, n - 1)
+
+
+def tree(x, depth):
+    # two recursive calls per level, a recursion tree of 2**depth leaves
+    if depth == 0:
+        return math.sin(x)
+    return tree(x * 0.9, depth - 1) * x + tree(x + 0.1, depth - 1)
+
+
+def even_steps(x, n):
     if n == 0:
         return x
-    return countdown(x * 1.1, n - 1)
+    return odd_steps(x * 1.1, n - 1)
 
 
-def test_recursion_is_reported_at_the_call():
-    with pytest.raises(zyg.UnsupportedSyntax, match="recursive call of 'countdown'") as ei:
-        zyg.grad(countdown, target="python")(1.0, 3)
-    assert ei.value.lineno == countdown.__code__.co_firstlineno + 3
+def odd_steps(x, n):
+    if n == 0:
+        return -x * x
+    return even_steps(math.sin(x), n - 1)
+
+
+def depth_of(n):
+    # recursive and never differentiated: its calls must not leave pullbacks behind
+    if n <= 1:
+        return 0
+    return 1 + depth_of(n // 2)
+
+
+def recursion_in_a_loop(x, n):
+    s = 0.0
+    for i in range(n):
+        s += power(x + 0.1 * i, depth_of(i + 2) + 1) + float(depth_of(i + 1))
+    return s
+
+
+def fft(x):
+    n = x.shape[0]
+    if n == 1:
+        return x.copy()
+    even = fft(x[0::2])
+    odd = fft(x[1::2])
+    k = np.arange(n // 2)
+    t = np.exp(-2j * np.pi * k / n) * odd
+    return np.concatenate((even + t, even - t))
+
+
+def spectrum_loss(x):
+    X = fft(x)
+    return np.sum(np.abs(X) ** 2 * np.arange(X.shape[0]))
+
+
+@pytest.mark.parametrize("f, args", [
+    (power, (1.3, 6)), (tree, (0.7, 4)), (even_steps, (0.7, 5)), (recursion_in_a_loop, (0.6, 5)),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_recursion(f, args):
+    from zyg.pullbacks import recursion
+    check(f, args, 0)
+    assert recursion._PULLBACKS == []
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_recursive_fft_of_a_complex_array(target):
+    from zyg.pullbacks import recursion
+    x = np.exp(1j * np.linspace(0.1, 2.0, 16)) * np.linspace(0.5, 1.5, 16)
+    g = zyg.grad(spectrum_loss, target=target)(x)
+    np.testing.assert_allclose(np.fft.fft(x), fft(x), rtol=1e-12, atol=1e-12)
+    # PyTorch's convention (docs/complex.md): dL/d(re) + i dL/d(im)
+    want = np.zeros(16, complex)
+    for k in range(16):
+        e = np.zeros(16)
+        e[k] = 1e-6
+        want[k] = ((spectrum_loss(x + e) - spectrum_loss(x - e)) / 2e-6
+                   + 1j * (spectrum_loss(x + 1j * e) - spectrum_loss(x - 1j * e)) / 2e-6)
+    np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-6 * np.max(np.abs(want)))
+    assert recursion._PULLBACKS == []
+
+
+def test_deep_recursion():
+    # 2000 levels: more than Python's default recursion limit allows frames for
+    for target in TARGETS:
+        assert zyg.grad(power, target=target)(1.0001, 2000) == pytest.approx(2000 * 1.0001 ** 1999,
+                                                                             rel=1e-12)
+
+
+def nested_recursive_closure(x):
+    def down(t, n):
+        return t if n == 0 else down(t * 1.5, n - 1)
+    return down(x, 3)
+
+
+def test_recursive_nested_function_is_reported_at_the_call():
+    with pytest.raises(zyg.UnsupportedSyntax, match="recursive call of the nested function 'down'") as ei:
+        zyg.grad(nested_recursive_closure, target="python")(1.0)
+    assert ei.value.lineno == nested_recursive_closure.__code__.co_firstlineno + 2
 
 
 def no_such_field(s):

@@ -742,41 +742,92 @@ def _grad_source(f: Callable, args: Sequence[Any], argnum: int) -> Callable:
     return fn
 
 
+_HESS: Dict[Any, list] = {}
+
+
+def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) -> list:
+    """``[hessian_driver, hvp_driver]`` of ``f`` w.r.t. argument ``argnum`` at these kinds:
+    forward mode over the generated gradient, with the loop over the columns inside the
+    generated code (one call from Python)."""
+    from .pullbacks.forward import Forward, check_forward_kinds
+    from .ssa.emit import var_name
+    kinds = _kinds(args, getattr(unwrap(f), "__name__", "f"))
+    key = (unwrap(f), tuple(kinds), argnum, target)
+    got = _HESS.get(key)
+    if got is not None:
+        return got
+    inner = _grad_source(f, args, argnum)
+    ir = ssa_of(inner)
+    p = plan(ir, kinds, [i for i, k in enumerate(kinds) if differentiable(k)], target)
+    check_forward_kinds(p)
+    fwd = Forward(p, wrapper_for(target))
+    stem = f"{_ident(ir.name)}_h"
+    code = fwd.emit(stem + "_jvp")
+    params = [var_name(q) for q in p.fn.params]
+    x = params[argnum]
+    tans = []
+    for j, q in enumerate(p.fn.params):
+        if fwd.active(q):
+            tans.append("_e" if j == argnum else
+                        (f"np.zeros_like({params[j]})" if is_array(kinds[j]) else "0.0"))
+    call = f"{stem}_jvp({', '.join(params + tans)})[1]"
+    code.add(0, "")
+    code.add(0, f"def {stem}_hvp({', '.join(params + ['_e'])}):")
+    code.add(1, f"return {call}")
+    code.add(0, "")
+    code.add(0, f"def {stem}_hessian({', '.join(params)}):")
+    if is_array(kinds[argnum]):
+        code.add(1, f"_n = {x}.shape[0]")
+        code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
+        code.add(1, f"_e = np.zeros_like({x})")
+        code.add(1, "for _k in range(_n):")
+        code.add(2, "_e[_k] = 1.0")
+        code.add(2, f"_H[:, _k] = {call}")
+        code.add(2, "_e[_k] = 0.0")
+        code.add(1, "return _H")
+    else:
+        code.add(1, "_e = 1.0")
+        code.add(1, f"return {call}")
+    fns, path, locs = load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
+                           target, stem)
+    got = _HESS[key] = [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
+    return got
+
+
+def _run_compiled(slot: list, k: int, args: tuple):
+    fn = slot[k]
+    if isinstance(fn, _FirstCall):
+        fn = slot[k] = fn.compile_for(args)
+    return fn(*args)
+
+
 def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
     """Hessian-vector product ``H(x) @ v`` of a real function ``f(x, *rest)`` w.r.t. ``x``,
     without forming the Hessian: forward mode over the reverse-mode gradient (one pass)."""
     args = (x,) + tuple(rest)
-    inner = _grad_source(f, args, 0)
-    tans = (v,) + (None,) * len(rest)
-    return jvp(inner, args, tans, target=target)[1]
+    slot = _second_order(f, args, 0, target)
+    if isinstance(x, np.ndarray):
+        v = np.asarray(v, dtype=x.dtype)
+        if v.shape != x.shape:
+            raise TypeMismatch(f"hvp: v has shape {v.shape}, x has shape {x.shape}")
+    else:
+        v = float(v)
+    return _run_compiled(slot, 1, args + (v,))
 
 
 def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
     """``hessian(f)(*args)``: the Hessian of a real function w.r.t. argument ``argnums``
     (a float or a 1-D array), by forward mode over reverse mode: one Hessian-vector
-    product per column."""
+    product per column, looped over inside the generated code."""
     if not isinstance(argnums, (int, np.integer)):
         raise TypeError("hessian takes one argnum")
 
     def h(*args):
-        inner = _grad_source(f, args, int(argnums))
-        x = args[argnums]
-        none = [None] * len(args)
-        if isinstance(x, np.ndarray):
-            if x.ndim != 1:
-                raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
-            out = np.empty((x.size, x.size), x.dtype)
-            e = np.zeros_like(x)
-            for k in range(x.size):
-                e[k] = 1.0
-                tans = list(none)
-                tans[argnums] = e
-                out[:, k] = jvp(inner, args, tuple(tans), target=target)[1]
-                e[k] = 0.0
-            return out
-        tans = list(none)
-        tans[argnums] = 1.0
-        return jvp(inner, args, tuple(tans), target=target)[1]
+        a = int(argnums) % len(args)
+        x = args[a]
+        if isinstance(x, np.ndarray) and x.ndim != 1:
+            raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
+        return _run_compiled(_second_order(f, args, a, target), 0, tuple(args))
     h.__name__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
     return h
 

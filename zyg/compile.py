@@ -85,11 +85,14 @@ def load(code: Code, ns: Dict[str, Any], names: List[str], target: str, stem: st
         sys.modules[modname] = mod
     glob = mod.__dict__
     out = []
+    # code calling object-mode helpers (recursive calls) cannot be reloaded from numba's
+    # disk cache in another process (their environments are not cached): compile it afresh
+    cache = not any(getattr(v, "_zyg_uncacheable", False) for v in ns.values())
     for n in names:
         f = glob[n]
         if target == "cpu" and not hasattr(f, "py_func"):
             import numba
-            f = numba.njit(cache=True)(f)
+            f = numba.njit(cache=cache)(f)
             glob[n] = f
         out.append(f)
     locs = {k + 1: v for k, v in code.locs.items()}   # +1 for the header comment line

@@ -32,7 +32,8 @@ from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, 
                             tuple_elts)
 from ..ssa.emit import INFIX, PREFIX, ZERO, Code, var_name
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
-from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, SetItem, Stacked, index_src
+from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
+                         index_src)
 from .tape import KIND_STACK
 
 _STACK_OF_DTYPE = {"f": "f", "c": "c", "i": "i", "u": "i", "b": "i"}
@@ -249,7 +250,7 @@ class ArrayMixin:
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, (Attr, MakeTuple)):
             raise self.err(st, f"{callee_name(fn)} of a differentiated value is not supported")
-        rule = arules.rule_for(fn)
+        rule = arules.rule_for(fn) if not isinstance(fn, Recursive) else self.recursive_arule(st, active_ops)
         if rule is None:
             raise self.err(st, f"no array rule for {callee_name(fn)}, which this differentiated function "
                                "calls with array arguments",
@@ -269,6 +270,16 @@ class ArrayMixin:
                 needed.append(e.args[int(u[1:])])
         self.prepare_loop_alloc(blk, st, info)
         self.finish_needed(blk, st, needed)
+
+    def recursive_arule(self, st: Stmt, active_ops: List[int]) -> "arules.ARule":
+        """A recursive call with arrays: its pullback, popped by the first active operand's
+        contribution (zyg/pullbacks/recursion.py); the pullback keeps what it needs."""
+        from .recursion import grad_helper
+        fn = st.expr.fn.fn
+        first = min(active_ops)
+        names = {i: self.ns.ref(grad_helper(fn, self.kind(st.expr.args[i]), i, self.p.target))
+                 for i in active_ops}
+        return arules.ARule(lambda c, i: f"{names[i]}({i == first}, {c.dy})")
 
     def prepare_loop_alloc(self, blk, st: Stmt, info: dict) -> None:
         v = st.var
@@ -557,6 +568,11 @@ class ArrayMixin:
             code.add(ind, f"{lhs}{args[0]} {INFIX[fn]} {args[1]}", st.loc)
         elif fn in PREFIX and len(args) == 1 and not e.kwargs:
             code.add(ind, f"{lhs}{PREFIX[fn]}{args[0]}", st.loc)
+        elif isinstance(fn, Recursive):
+            from .recursion import call_helper
+            h = self.ns.ref(call_helper(fn.fn, [self.kind(a) for a in e.args], self.kind(st.var),
+                                        self.p.target, record=record and info.get("kind") == "rule"))
+            code.add(ind, f"{lhs}{h}({', '.join(args)})", st.loc)
         else:
             kw = {k: (self.src(v), v.value if isinstance(v, Const) else arules._NOCONST)
                   for k, v in e.kwargs.items()}

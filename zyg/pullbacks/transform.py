@@ -248,6 +248,11 @@ class Emitter(ArrayMixin, StructuredMixin):
             self.is_active(a) for a in st.expr.operands())
 
     def rule_for(self, blk, st: Stmt) -> ConvertedRule:
+        from ..ssa.prims import Recursive
+        if isinstance(st.expr.fn, Recursive):
+            from .recursion import recursive_rule
+            return recursive_rule(st.expr.fn.fn, [self.kind(a) for a in st.expr.args],
+                                  self.kind(st.var), self.p.target)
         r = registry.lookup(st.expr.fn)
         if r is None:
             loc = st.loc
@@ -458,6 +463,8 @@ class Emitter(ArrayMixin, StructuredMixin):
                 if isinstance(v, types.FunctionType) and v is not fobj and not k.startswith("__"):
                     glob[k] = self.wrap(v)
             fobj = numba.njit(fobj)
+            if glob.get("_zyg_uncacheable"):
+                fobj._zyg_uncacheable = True     # object mode inside (recursion.py)
         return self.ns.ref(fobj, f"{conv.name}_{which}")
 
     # -- stack code ----------------------------------------------------------------
@@ -494,6 +501,15 @@ class Emitter(ArrayMixin, StructuredMixin):
         e = st.expr
         lhs = var_name(st.var) + " = " if st.var is not None else ""
         args = [self.src(a) for a in e.args]
+        from ..ssa.prims import Recursive
+        if isinstance(e.fn, Recursive) and (st.var is None or st.var.id not in self.rules):
+            # a recursive call whose result is not differentiated: a plain call
+            from .recursion import call_helper
+            h = self.ns.ref(call_helper(e.fn.fn, [self.kind(a) for a in e.args],
+                                        self.kind(st.var) if st.var is not None else "float",
+                                        self.p.target, record=False))
+            code.add(ind, f"{lhs}{h}({', '.join(args)})", st.loc)
+            return
         if st.var is not None and st.var.id in self.rules:
             conv = self.rules[st.var.id]
             if conv.fwd_expr is not None:

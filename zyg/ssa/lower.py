@@ -26,7 +26,8 @@ import gast
 
 from ..errors import UnsupportedSyntax
 from .ir import Block, Branch, Call, Const, Function, Jump, Loc, Operand, Return, Stmt, Undef, Var
-from .prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, Replace, SetItem, Stacked, is_namedtuple_class
+from .prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Recursive, Replace, SetItem, Stacked,
+                    is_namedtuple_class)
 
 import numpy as np
 
@@ -1097,8 +1098,7 @@ class Lowerer:
             kwdefaults = {k: self.python_value(v, node) for k, v in (py.__kwdefaults__ or {}).items()}
             name = py.__qualname__
         if any(fr.what is what for fr in self.frames):
-            raise self.unsupported(node, f"recursive call of {name!r}: recursion is not supported yet",
-                                   "rewrite the recursion as a loop")
+            return self.recursive_call(fn, fdef, name, node, hint, defaults, kwdefaults)
         if len(self.frames) > MAX_INLINE_DEPTH:
             raise self.unsupported(node, f"calls nested more than {MAX_INLINE_DEPTH} deep")
         bound = self.bind_args(fdef, name, node, defaults, kwdefaults)
@@ -1161,6 +1161,25 @@ class Lowerer:
                     raise self.unsupported(node, f"{cls.__name__}() is missing the field {f!r}")
                 vals[f] = self.python_value(defaults[f], node)
         return self.emit(MakeTuple(cls), [vals[f] for f in fields], node, hint)
+
+    def recursive_call(self, fn, fdef, name: str, node, hint: str, defaults, kwdefaults) -> Operand:
+        """A call of a function that is being inlined already: a real call, through the
+        callee's own pullback at run time (``zyg/pullbacks/recursion.py``)."""
+        if isinstance(fn, Closure):
+            raise self.unsupported(node, f"recursive call of the nested function {name!r}: "
+                                         "recursion is supported for module-level functions",
+                                   "define the recursive function at module level")
+        bound = self.bind_args(fdef, name, node, defaults, kwdefaults)
+        a = fdef.args
+        order = [x.id for x in a.posonlyargs + a.args + a.kwonlyargs]
+        args = [bound[p] for p in order]
+        if any(not isinstance(v, (Var, Const)) for v in args):
+            raise self.unsupported(node, f"recursive call of {name!r} with a function argument "
+                                         "is not supported")
+        if a.kwonlyargs:
+            raise self.unsupported(node, f"recursive call of {name!r}: keyword-only parameters "
+                                         "are not supported in recursive functions")
+        return self.emit(Recursive(unwrap(fn)), args, node, hint)
 
     def python_value(self, v: Any, node) -> Any:
         """A Python default value as an operand, or a function passed statically."""

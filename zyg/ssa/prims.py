@@ -197,3 +197,27 @@ class InPlace(Prim):
             a[...] = self.op(a, b)
             return a
         return self.op(a, b)
+
+
+class Recursive:
+    """A recursive call of the user function ``fn`` (it cannot be inlined): the transform
+    calls ``fn``'s own pullback at run time (``zyg/pullbacks/recursion.py``).  Not a
+    :class:`Prim`: it is a call with a rule, not an array primitive."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self.name = getattr(fn, "__qualname__", "f")
+        self.__name__ = getattr(fn, "__name__", "f")
+        self.__qualname__ = self.name
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Recursive) and other.fn is self.fn
+
+    def __hash__(self) -> int:
+        return hash(("Recursive", id(self.fn)))
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __call__(self, *args):
+        return self.fn(*args)

@@ -1,0 +1,197 @@
+"""Recursive calls: the callee's own pullback, called at run time.
+
+A recursive call cannot be inlined.  The transform treats ``y = f(args)`` (with
+``f`` on the inlining stack) as a call with a rule whose forward part runs
+``zyg.pullback(f, *args)`` and keeps ``back`` on a stack, and whose backward part
+pops it and calls ``back(dy)``.  The stack is last-in first-out, which is exactly
+the order in which the adjoint needs the pullbacks, at every depth of the recursion.
+
+On the cpu target the calls leave compiled code through ``numba.objmode`` (about a
+microsecond each, plus the Python side of ``pullback``), so recursion costs per call;
+the work inside each call runs compiled.  The pullback of ``f`` is compiled once per
+argument kinds, and ``f``'s own recursive calls go through the same rule, so the
+transformer itself never recurses.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from ..errors import TypeMismatch
+from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
+from .closure import ConvertedRule
+
+_PULLBACKS: List[Any] = []      # the pending pullbacks of recursive calls (a stack)
+RECURSION_LIMIT = 20000         # Python's limit while recursive calls run (default 1000)
+
+
+class _Forward:
+    """``y = f(*args)``, keeping ``f``'s pullback (a callable object: numba calls it from
+    object mode, and the cpu wrapper leaves it as it is)."""
+
+    def __init__(self, fn: Any, target: str):
+        self.fn = fn
+        self.target = target
+
+    def __call__(self, *args):
+        from ..api import pullback
+        if sys.getrecursionlimit() < RECURSION_LIMIT:
+            # each level of the user's recursion is a few Python frames (pullback, object mode)
+            sys.setrecursionlimit(RECURSION_LIMIT)
+        y, back = pullback(self.fn, *args, target=self.target)
+        _PULLBACKS.append(back)
+        return y
+
+
+class _Backward:
+    """Pop the newest pending pullback and return the cotangents of the differentiable
+    arguments."""
+
+    def __init__(self, diff: List[int]):
+        self.diff = diff
+
+    def __call__(self, dy):
+        back = _PULLBACKS.pop()
+        gs = back(dy)
+        return tuple(gs[i] for i in self.diff)
+
+
+def numba_type(kind: str) -> str:
+    if is_array(kind):
+        return f"{array_dtype(kind)}[{', '.join(':' * 1 for _ in range(array_ndim(kind)))}]"
+    try:
+        return {"float": "float64", "int": "int64", "bool": "boolean", "complex": "complex128"}[kind]
+    except KeyError:
+        raise TypeMismatch(f"a recursive call returning or taking a {kind} value is not supported "
+                           "(numbers and arrays are)") from None
+
+
+_RULES: Dict[Tuple[Any, Tuple[str, ...], str, str], ConvertedRule] = {}
+
+
+def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str) -> ConvertedRule:
+    """The rule of a recursive call of ``fn`` with operands of these kinds."""
+    key = (fn, tuple(kinds), out_kind, target)
+    conv = _RULES.get(key)
+    if conv is not None:
+        return conv
+    if is_tuple(out_kind) or any(is_tuple(k) for k in kinds):
+        raise TypeMismatch(f"recursive calls of {fn.__qualname__} with tuples are not supported yet")
+    n = len(kinds)
+    params = [f"a{i}" for i in range(n)]
+    diff = [i for i, k in enumerate(kinds) if differentiable(k)]
+    name = "rec_" + "".join(c if c.isalnum() else "_" for c in fn.__name__)
+    glob = {"np": np, "_zyg_rec_fwd": _Forward(fn, target), "_zyg_rec_bwd": _Backward(diff),
+            "_zyg_uncacheable": True}
+    call = f"_zyg_rec_fwd({', '.join(params)})"
+    gnames = [f"g{i}" for i in diff]
+    zeros = [f"    g{i} = 0.0" for i in range(n) if i not in diff]
+    rets = ", ".join(f"g{i}" for i in range(n)) + ("," if n == 1 else "")
+    if target == "python":
+        fwd = f"def {name}_fwd({', '.join(params)}):\n    y = {call}\n    return (y,)\n"
+        bwd = (f"def {name}_bwd({', '.join(params + ['dy'])}):\n"
+               + (f"    {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = _zyg_rec_bwd(dy)\n"
+                  if gnames else "    _zyg_rec_bwd(dy)\n")
+               + "".join(z + "\n" for z in zeros) + f"    return ({rets})\n")
+    else:
+        import numba
+        glob["numba"] = numba
+        fwd = (f"def {name}_fwd({', '.join(params)}):\n"
+               f"    with numba.objmode(y={numba_type(out_kind)!r}):\n"
+               f"        y = {call}\n"
+               f"    return (y,)\n")
+        decl = ", ".join(f"g{i}={numba_type(kinds[i])!r}" for i in diff)
+        bwd = (f"def {name}_bwd({', '.join(params + ['dy'])}):\n"
+               + (f"    with numba.objmode({decl}):\n"
+                  f"        {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = _zyg_rec_bwd(dy)\n"
+                  if gnames else "    with numba.objmode():\n        _zyg_rec_bwd(dy)\n")
+               + "".join(z + "\n" for z in zeros) + f"    return ({rets})\n")
+    conv = ConvertedRule(name=name, params=params, out=None, fwd_expr=None, back_param="dy",
+                         back_exprs=None, free=list(params), fwd_src=fwd, bwd_src=bwd,
+                         nonzero=[i in diff for i in range(n)], extra_res=[], globals=glob,
+                         filename=getattr(fn.__code__, "co_filename", ""),
+                         lineno=getattr(fn.__code__, "co_firstlineno", 0))
+    _RULES[key] = conv
+    return conv
+
+
+class _Plain:
+    """``f(*args)`` without a pullback (a recursive call whose result is not differentiated)."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+class _Take:
+    """The cotangent of operand ``i`` of the newest recursive call: the first operand's
+    request pops the pullback and computes all of them; the others read them."""
+    pending: List[Any] = []
+
+    def __call__(self, first: bool, i: int, dy):
+        if first:
+            back = _PULLBACKS.pop()
+            _Take.pending = list(back(dy))
+        g = _Take.pending[i]
+        return 0.0 if g is None else g
+
+
+_HELPERS: Dict[Any, Any] = {}
+
+
+def _compile(src: str, name: str, glob: Dict[str, Any], target: str):
+    exec(compile(src, f"<zyg recursion {name}>", "exec"), glob)
+    fobj = glob[name]
+    if target != "python":
+        import numba
+        fobj = numba.njit(fobj)
+        fobj._zyg_uncacheable = True
+    return fobj
+
+
+def call_helper(fn: Any, kinds: List[str], out_kind: str, target: str, record: bool):
+    """A function ``h(*args) -> y`` running the recursive call (keeping its pullback when
+    ``record``), callable from generated code on ``target``."""
+    key = ("call", fn, tuple(kinds), out_kind, target, record)
+    h = _HELPERS.get(key)
+    if h is None:
+        params = [f"a{i}" for i in range(len(kinds))]
+        name = f"rec_{fn.__name__}_{'rec' if record else 'call'}"
+        glob = {"np": np, "_zyg_f": _Forward(fn, target) if record else _Plain(fn)}
+        call = f"_zyg_f({', '.join(params)})"
+        if target == "python":
+            src = f"def {name}({', '.join(params)}):\n    return {call}\n"
+        else:
+            import numba
+            glob["numba"] = numba
+            src = (f"def {name}({', '.join(params)}):\n"
+                   f"    with numba.objmode(y={numba_type(out_kind)!r}):\n"
+                   f"        y = {call}\n"
+                   f"    return y\n")
+        h = _HELPERS[key] = _compile(src, name, glob, target)
+    return h
+
+
+def grad_helper(fn: Any, kind: str, i: int, target: str):
+    """A function ``h(first, dy)`` returning the cotangent of operand ``i`` (of kind
+    ``kind``) of the newest recursive call of ``fn``."""
+    key = ("grad", fn, kind, i, target)
+    h = _HELPERS.get(key)
+    if h is None:
+        name = f"rec_{fn.__name__}_d{i}"
+        glob = {"np": np, "_zyg_take": _Take()}
+        if target == "python":
+            src = f"def {name}(first, dy):\n    return _zyg_take(first, {i}, dy)\n"
+        else:
+            import numba
+            glob["numba"] = numba
+            src = (f"def {name}(first, dy):\n"
+                   f"    with numba.objmode(g={numba_type(kind)!r}):\n"
+                   f"        g = _zyg_take(first, {i}, dy)\n"
+                   f"    return g\n")
+        h = _HELPERS[key] = _compile(src, name, glob, target)
+    return h
