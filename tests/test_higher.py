@@ -149,3 +149,90 @@ def test_jacobian_both_ways(target):
     # w.r.t. a float argument: shape (4,)
     Jc = zyg.jacobian(vector_fn, argnums=1, target=target)(x, 1.5)
     np.testing.assert_allclose(Jc, (vector_fn(x, 1.5 + h) - vector_fn(x, 1.5 - h)) / (2 * h), rtol=1e-6)
+
+
+# -- hook and checkpoint ------------------------------------------------------------------
+def clip1(g):
+    return max(min(g, 1.0), -1.0)
+
+
+def clip_half(g):
+    return np.clip(g, -0.5, 0.5)
+
+
+def hooked_scalar(x):
+    y = zyg.hook(clip1, x * x)        # the cotangent of y (3.0) is clipped to 1.0
+    return 3.0 * y + x
+
+
+def hooked_array(a):
+    b = zyg.hook(clip_half, a * 2.0)
+    return np.sum(b * b)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hook_applies_its_function_to_the_cotangent(target):
+    assert zyg.grad(hooked_scalar, target=target)(0.9) == pytest.approx(2 * 0.9 + 1.0, rel=1e-14)
+    a = np.array([0.1, 0.3, -0.2])
+    np.testing.assert_allclose(zyg.grad(hooked_array, target=target)(a),
+                               np.clip(2 * 2 * a, -0.5, 0.5) * 2, rtol=1e-14)
+    # forward mode: hook is the identity
+    _, t = zyg.jvp(hooked_scalar, (0.9,), (1.0,), target=target)
+    assert t == pytest.approx(3 * 2 * 0.9 + 1.0, rel=1e-14)
+
+
+RUNS = []
+
+
+def count_run(x):
+    RUNS.append(1)
+    return 0.0
+
+
+def stepped(x, y):
+    s = 0.0
+    for i in range(5):
+        s = s * 0.5 + math.sin(x * i + y)
+    return s + count_run(x)
+
+
+def checkpointed(x, y):
+    return zyg.checkpoint(stepped, x * 2.0, y) * x
+
+
+def recorded(x, y):
+    return stepped(x * 2.0, y) * x
+
+
+def step_array(a, w):
+    return a * w + np.sin(a)
+
+
+def checkpointed_array(a, w):
+    b = zyg.checkpoint(step_array, a, w)
+    return np.sum(b * b)
+
+
+def test_checkpoint_reruns_the_function_in_the_backward_pass():
+    zyg.nondifferentiable(count_run)
+    g_ck = zyg.grad(checkpointed, argnums=(0, 1), target="python")
+    g_rec = zyg.grad(recorded, argnums=(0, 1), target="python")
+    g_ck(0.7, 0.3), g_rec(0.7, 0.3)            # first calls: transforms and kind samples
+    RUNS.clear()
+    a = g_ck(0.7, 0.3)
+    assert len(RUNS) == 2                       # the forward pass and the recomputation
+    RUNS.clear()
+    b = g_rec(0.7, 0.3)
+    assert len(RUNS) == 1                       # recorded: runs once
+    np.testing.assert_allclose(a, b, rtol=1e-14)   # and the result is unchanged
+    h = 1e-6
+    assert a[0] == pytest.approx((recorded(0.7 + h, 0.3) - recorded(0.7 - h, 0.3)) / (2 * h), rel=1e-7)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_checkpoint_of_arrays(target):
+    a = np.array([0.1, 0.3, -0.2])
+    ga, gw = zyg.grad(checkpointed_array, argnums=(0, 1), target=target)(a, 1.5)
+    b = a * 1.5 + np.sin(a)
+    np.testing.assert_allclose(ga, 2 * b * (1.5 + np.cos(a)), rtol=1e-14)
+    assert gw == pytest.approx(np.sum(2 * b * a), rel=1e-14)

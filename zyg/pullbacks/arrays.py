@@ -34,6 +34,7 @@ from ..ssa.emit import INFIX, PREFIX, ZERO, Code, var_name
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
 from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
                          index_src)
+from ..rules.higher import Checkpointed, Hooked
 from .tape import KIND_STACK
 
 _STACK_OF_DTYPE = {"f": "f", "c": "c", "i": "i", "u": "i", "b": "i"}
@@ -250,7 +251,12 @@ class ArrayMixin:
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, (Attr, MakeTuple)):
             raise self.err(st, f"{callee_name(fn)} of a differentiated value is not supported")
-        rule = arules.rule_for(fn) if not isinstance(fn, Recursive) else self.recursive_arule(st, active_ops)
+        if isinstance(fn, Hooked):
+            hook_fn = self.ns.ref(fn.fn)
+            rule = arules.ARule(lambda c, i: f"{hook_fn}({c.dy})")
+        else:
+            rule = (self.recursive_arule(st, active_ops) if isinstance(fn, (Recursive, Checkpointed))
+                    else arules.rule_for(fn))
         if rule is None:
             raise self.err(st, f"no array rule for {callee_name(fn)}, which this differentiated function "
                                "calls with array arguments",
@@ -276,10 +282,12 @@ class ArrayMixin:
         contribution (zyg/pullbacks/recursion.py); the pullback keeps what it needs."""
         from .recursion import grad_helper
         fn = st.expr.fn.fn
+        ck = isinstance(st.expr.fn, Checkpointed)
         first = min(active_ops)
-        names = {i: self.ns.ref(grad_helper(fn, self.kind(st.expr.args[i]), i, self.p.target))
+        n = len(st.expr.args)
+        names = {i: self.ns.ref(grad_helper(fn, self.kind(st.expr.args[i]), i, self.p.target, n, ck))
                  for i in active_ops}
-        return arules.ARule(lambda c, i: f"{names[i]}({i == first}, {c.dy})")
+        return arules.ARule(lambda c, i: f"{names[i]}({i == first}, {c.dy}, {', '.join(c.x)})")
 
     def prepare_loop_alloc(self, blk, st: Stmt, info: dict) -> None:
         v = st.var
@@ -568,10 +576,14 @@ class ArrayMixin:
             code.add(ind, f"{lhs}{args[0]} {INFIX[fn]} {args[1]}", st.loc)
         elif fn in PREFIX and len(args) == 1 and not e.kwargs:
             code.add(ind, f"{lhs}{PREFIX[fn]}{args[0]}", st.loc)
-        elif isinstance(fn, Recursive):
+        elif isinstance(fn, Hooked):
+            # the identity, on a copy: the result is a new array for the alias analysis
+            code.add(ind, f"{lhs}{args[0]}.copy()" if self.is_arr(e.args[0]) else f"{lhs}{args[0]}", st.loc)
+        elif isinstance(fn, (Recursive, Checkpointed)):
             from .recursion import call_helper
             h = self.ns.ref(call_helper(fn.fn, [self.kind(a) for a in e.args], self.kind(st.var),
-                                        self.p.target, record=record and info.get("kind") == "rule"))
+                                        self.p.target, record=record and info.get("kind") == "rule"
+                                        and isinstance(fn, Recursive)))
             code.add(ind, f"{lhs}{h}({', '.join(args)})", st.loc)
         else:
             kw = {k: (self.src(v), v.value if isinstance(v, Const) else arules._NOCONST)

@@ -100,6 +100,12 @@ class Forward:
         fn = e.fn
         if isinstance(fn, InPlace):
             fn = fn.op
+        from ..rules.higher import Checkpointed, Hooked
+        from ..ssa.prims import Recursive
+        if isinstance(fn, Hooked):
+            return f"{args[0]}.copy()" if is_array(self.kind(e.args[0])) else args[0]
+        if isinstance(fn, (Checkpointed, Recursive)):
+            raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
         if isinstance(fn, GetItem):
             return f"{args[0]}[{index_src(fn.spec, args[1:])}]"
         if isinstance(fn, Attr):
@@ -191,6 +197,12 @@ class Forward:
         act = [i for i, a in enumerate(ops) if self.active(a)]
         if isinstance(fn, InPlace):
             fn = fn.op
+        from ..rules.higher import Checkpointed, Hooked
+        from ..ssa.prims import Recursive
+        if isinstance(fn, Hooked):
+            return self.tz(ops[0])          # hook is the identity in forward mode
+        if isinstance(fn, (Checkpointed, Recursive)):
+            raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
         if isinstance(fn, (GetItem, Attr)):
             if isinstance(fn, Attr) and fn.attr not in ("T", "real", "imag"):
                 raise self.err(st, f"'.{fn.attr}' has no tangent")

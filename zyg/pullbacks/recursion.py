@@ -71,9 +71,29 @@ def numba_type(kind: str) -> str:
 _RULES: Dict[Tuple[Any, Tuple[str, ...], str, str], ConvertedRule] = {}
 
 
-def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str) -> ConvertedRule:
-    """The rule of a recursive call of ``fn`` with operands of these kinds."""
-    key = (fn, tuple(kinds), out_kind, target)
+class _Recompute:
+    """``checkpoint``'s backward part: run ``fn``'s pullback from the saved arguments
+    (recomputing ``fn``) and apply it to ``dy``."""
+
+    def __init__(self, fn: Any, target: str, diff: List[int]):
+        self.fn = fn
+        self.target = target
+        self.diff = diff
+
+    def __call__(self, *args_dy):
+        from ..api import pullback
+        *args, dy = args_dy
+        y, back = pullback(self.fn, *args, target=self.target)
+        gs = back(dy)
+        return tuple(0.0 if gs[i] is None else gs[i] for i in self.diff)
+
+
+def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str,
+                   checkpoint: bool = False) -> ConvertedRule:
+    """The rule of a recursive call of ``fn`` with operands of these kinds, or (with
+    ``checkpoint``) of ``zyg.checkpoint(fn, ...)``: a plain call forward, ``fn``'s pullback
+    recomputed backward."""
+    key = (fn, tuple(kinds), out_kind, target, checkpoint)
     conv = _RULES.get(key)
     if conv is not None:
         return conv
@@ -85,6 +105,12 @@ def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str) -> Con
     name = "rec_" + "".join(c if c.isalnum() else "_" for c in fn.__name__)
     glob = {"np": np, "_zyg_rec_fwd": _Forward(fn, target), "_zyg_rec_bwd": _Backward(diff),
             "_zyg_uncacheable": True}
+    bcall = "_zyg_rec_bwd(dy)"
+    if checkpoint:
+        glob["_zyg_rec_fwd"] = _Plain(fn)
+        glob["_zyg_rec_bwd"] = _Recompute(fn, target, diff)
+        bcall = f"_zyg_rec_bwd({', '.join(params + ['dy'])})"
+        name = name.replace("rec_", "ckpt_", 1)
     call = f"_zyg_rec_fwd({', '.join(params)})"
     gnames = [f"g{i}" for i in diff]
     zeros = [f"    g{i} = 0.0" for i in range(n) if i not in diff]
@@ -92,8 +118,8 @@ def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str) -> Con
     if target == "python":
         fwd = f"def {name}_fwd({', '.join(params)}):\n    y = {call}\n    return (y,)\n"
         bwd = (f"def {name}_bwd({', '.join(params + ['dy'])}):\n"
-               + (f"    {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = _zyg_rec_bwd(dy)\n"
-                  if gnames else "    _zyg_rec_bwd(dy)\n")
+               + (f"    {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = {bcall}\n"
+                  if gnames else f"    {bcall}\n")
                + "".join(z + "\n" for z in zeros) + f"    return ({rets})\n")
     else:
         import numba
@@ -105,8 +131,8 @@ def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str) -> Con
         decl = ", ".join(f"g{i}={numba_type(kinds[i])!r}" for i in diff)
         bwd = (f"def {name}_bwd({', '.join(params + ['dy'])}):\n"
                + (f"    with numba.objmode({decl}):\n"
-                  f"        {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = _zyg_rec_bwd(dy)\n"
-                  if gnames else "    with numba.objmode():\n        _zyg_rec_bwd(dy)\n")
+                  f"        {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = {bcall}\n"
+                  if gnames else f"    with numba.objmode():\n        {bcall}\n")
                + "".join(z + "\n" for z in zeros) + f"    return ({rets})\n")
     conv = ConvertedRule(name=name, params=params, out=None, fwd_expr=None, back_param="dy",
                          back_exprs=None, free=list(params), fwd_src=fwd, bwd_src=bwd,
@@ -176,22 +202,43 @@ def call_helper(fn: Any, kinds: List[str], out_kind: str, target: str, record: b
     return h
 
 
-def grad_helper(fn: Any, kind: str, i: int, target: str):
-    """A function ``h(first, dy)`` returning the cotangent of operand ``i`` (of kind
-    ``kind``) of the newest recursive call of ``fn``."""
-    key = ("grad", fn, kind, i, target)
+class _RecomputeTake:
+    """``checkpoint``'s backward part for arrays: the first active operand's request
+    recomputes ``fn``'s pullback from the saved arguments; the others read it."""
+    pending: List[Any] = []
+
+    def __init__(self, fn: Any, target: str):
+        self.fn = fn
+        self.target = target
+
+    def __call__(self, first: bool, i: int, dy, *args):
+        from ..api import pullback
+        if first:
+            y, back = pullback(self.fn, *args, target=self.target)
+            _RecomputeTake.pending = list(back(dy))
+        g = _RecomputeTake.pending[i]
+        return 0.0 if g is None else g
+
+
+def grad_helper(fn: Any, kind: str, i: int, target: str, nargs: int = 0, checkpoint: bool = False):
+    """A function ``h(first, dy, *args)`` returning the cotangent of operand ``i`` (of kind
+    ``kind``) of the newest recursive call of ``fn`` (``args`` are unused), or of
+    ``checkpoint(fn, *args)`` (recomputed from ``args``)."""
+    key = ("grad", fn, kind, i, target, nargs, checkpoint)
     h = _HELPERS.get(key)
     if h is None:
-        name = f"rec_{fn.__name__}_d{i}"
-        glob = {"np": np, "_zyg_take": _Take()}
+        name = f"{'ckpt' if checkpoint else 'rec'}_{fn.__name__}_d{i}"
+        glob = {"np": np, "_zyg_take": _RecomputeTake(fn, target) if checkpoint else _Take()}
+        params = ["first", "dy"] + [f"a{k}" for k in range(nargs)]
+        extra = "".join(f", a{k}" for k in range(nargs)) if checkpoint else ""
         if target == "python":
-            src = f"def {name}(first, dy):\n    return _zyg_take(first, {i}, dy)\n"
+            src = f"def {name}({', '.join(params)}):\n    return _zyg_take(first, {i}, dy{extra})\n"
         else:
             import numba
             glob["numba"] = numba
-            src = (f"def {name}(first, dy):\n"
+            src = (f"def {name}({', '.join(params)}):\n"
                    f"    with numba.objmode(g={numba_type(kind)!r}):\n"
-                   f"        g = _zyg_take(first, {i}, dy)\n"
+                   f"        g = _zyg_take(first, {i}, dy{extra})\n"
                    f"    return g\n")
         h = _HELPERS[key] = _compile(src, name, glob, target)
     return h

@@ -249,11 +249,13 @@ class Emitter(ArrayMixin, StructuredMixin):
 
     def rule_for(self, blk, st: Stmt) -> ConvertedRule:
         from ..ssa.prims import Recursive
-        if isinstance(st.expr.fn, Recursive):
+        from ..rules.higher import Checkpointed, Hooked, hook_rule
+        if isinstance(st.expr.fn, (Recursive, Checkpointed)):
             from .recursion import recursive_rule
             return recursive_rule(st.expr.fn.fn, [self.kind(a) for a in st.expr.args],
-                                  self.kind(st.var), self.p.target)
-        r = registry.lookup(st.expr.fn)
+                                  self.kind(st.var), self.p.target,
+                                  checkpoint=isinstance(st.expr.fn, Checkpointed))
+        r = registry.lookup(st.expr.fn) if not isinstance(st.expr.fn, Hooked) else hook_rule(st.expr.fn)
         if r is None:
             loc = st.loc
             name = callee_name(st.expr.fn)
@@ -502,7 +504,8 @@ class Emitter(ArrayMixin, StructuredMixin):
         lhs = var_name(st.var) + " = " if st.var is not None else ""
         args = [self.src(a) for a in e.args]
         from ..ssa.prims import Recursive
-        if isinstance(e.fn, Recursive) and (st.var is None or st.var.id not in self.rules):
+        from ..rules.higher import Checkpointed
+        if isinstance(e.fn, (Recursive, Checkpointed)) and (st.var is None or st.var.id not in self.rules):
             # a recursive call whose result is not differentiated: a plain call
             from .recursion import call_helper
             h = self.ns.ref(call_helper(e.fn.fn, [self.kind(a) for a in e.args],

@@ -1022,6 +1022,9 @@ class Lowerer:
             # np.add(a, b, a): the in-place update of generated code (a += b)
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        from ..rules.higher import checkpoint, hook
+        if fn is hook or fn is checkpoint:
+            return self.function_call_prim(fn, node, hint)
         if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
             return self.inline(fn, node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "_replace":
@@ -1161,6 +1164,24 @@ class Lowerer:
                     raise self.unsupported(node, f"{cls.__name__}() is missing the field {f!r}")
                 vals[f] = self.python_value(defaults[f], node)
         return self.emit(MakeTuple(cls), [vals[f] for f in fields], node, hint)
+
+    def function_call_prim(self, fn, node, hint: str) -> Operand:
+        """``zyg.hook(f, x)`` / ``zyg.checkpoint(f, *args)``: ``f`` bound statically."""
+        from ..rules.higher import Checkpointed, Hooked, hook
+        what = "hook" if fn is hook else "checkpoint"
+        if not node.args or node.keywords or any(isinstance(a, gast.Starred) for a in node.args):
+            raise self.unsupported(node, f"zyg.{what}(f, ...) takes a function and positional arguments")
+        f = self.function_value(node.args[0])
+        if f is None or isinstance(f, Closure):
+            raise self.unsupported(node.args[0], f"the first argument of zyg.{what} must be a function "
+                                                 "defined at module level",
+                                   "numba compiles it separately from the differentiated code")
+        args = [self.expr(a) for a in node.args[1:]]
+        if fn is hook:
+            if len(args) != 1:
+                raise self.unsupported(node, "zyg.hook(f, x) takes one value")
+            return self.emit(Hooked(f), args, node, hint)
+        return self.emit(Checkpointed(unwrap(f)), args, node, hint)
 
     def recursive_call(self, fn, fdef, name: str, node, hint: str, defaults, kwdefaults) -> Operand:
         """A call of a function that is being inlined already: a real call, through the

@@ -1,0 +1,92 @@
+"""``zyg.hook`` and ``zyg.checkpoint``: functions that take a function argument.
+
+Outside differentiated code both are what they say in Python (identity, a plain call).
+Inside, the lowering binds their function argument statically (``zyg/ssa/lower.py``):
+
+* ``hook(fn, x)`` becomes a call of ``Hooked(fn)``, whose rule is ``y = x`` forward and
+  ``dx = fn(dy)`` backward.  The rule is an ordinary closure-converted rule, made by
+  :func:`hook_rule` for each ``fn``.
+* ``checkpoint(fn, *args)`` becomes a call of ``Checkpointed(fn)``: the forward pass
+  calls ``fn`` without recording anything; the backward pass runs ``fn``'s pullback
+  from the saved arguments (recomputing ``fn``) and applies it to the cotangent
+  (``zyg/pullbacks/recursion.py``, which does the same for recursive calls).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from .registry import Rule
+
+
+def hook(fn, x):
+    """Identity in the forward pass; in the backward pass the cotangent of ``x`` is
+    ``fn(cotangent)`` (gradient clipping, scaling, inspection).  ``fn`` must be a
+    module-level function that numba can compile on the cpu target."""
+    return x
+
+
+def checkpoint(fn, *args):
+    """``fn(*args)``, not recorded: the backward pass recomputes ``fn`` from ``args`` to get
+    its pullback.  Trades time (``fn`` runs twice) for tape memory."""
+    return fn(*args)
+
+
+class Hooked:
+    """The primitive ``hook(fn, .)`` with ``fn`` bound."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self.__name__ = f"hook[{getattr(fn, '__name__', 'fn')}]"
+        self.__qualname__ = self.__name__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Hooked) and other.fn is self.fn
+
+    def __hash__(self) -> int:
+        return hash(("Hooked", id(self.fn)))
+
+    def __call__(self, x):
+        return x
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+class Checkpointed:
+    """The primitive ``checkpoint(fn, ...)`` with ``fn`` bound."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self.__name__ = f"checkpoint[{getattr(fn, '__name__', 'fn')}]"
+        self.__qualname__ = self.__name__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Checkpointed) and other.fn is self.fn
+
+    def __hash__(self) -> int:
+        return hash(("Checkpointed", id(self.fn)))
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+def _make_hook_rule(fn):
+    def hooked(x):
+        def back(dy):
+            return (fn(dy),)
+        return x, back
+    return hooked
+
+
+_HOOK_RULES: Dict[Any, Rule] = {}
+
+
+def hook_rule(prim: Hooked) -> Rule:
+    """The rule of ``hook(fn, .)``: built once per ``fn``."""
+    r = _HOOK_RULES.get(prim.fn)
+    if r is None:
+        r = _HOOK_RULES[prim.fn] = Rule(prim, _make_hook_rule(prim.fn))
+    return r
