@@ -169,6 +169,21 @@ class _Take:
 _HELPERS: Dict[Any, Any] = {}
 
 
+def _python_call(name: str, params: List[str], call: str, kind: str, glob: Dict[str, Any], target: str):
+    """Compile ``def name(*params): return call`` where ``call`` runs Python code: on the
+    cpu target inside ``numba.objmode``, its result declared of ``kind``."""
+    if target == "python":
+        src = f"def {name}({', '.join(params)}):\n    return {call}\n"
+    else:
+        import numba
+        glob["numba"] = numba
+        src = (f"def {name}({', '.join(params)}):\n"
+               f"    with numba.objmode(r={numba_type(kind)!r}):\n"
+               f"        r = {call}\n"
+               f"    return r\n")
+    return _compile(src, name, glob, target)
+
+
 def _compile(src: str, name: str, glob: Dict[str, Any], target: str):
     exec(compile(src, f"<zyg recursion {name}>", "exec"), glob)
     fobj = glob[name]
@@ -188,17 +203,8 @@ def call_helper(fn: Any, kinds: List[str], out_kind: str, target: str, record: b
         params = [f"a{i}" for i in range(len(kinds))]
         name = f"rec_{fn.__name__}_{'rec' if record else 'call'}"
         glob = {"np": np, "_zyg_f": _Forward(fn, target) if record else _Plain(fn)}
-        call = f"_zyg_f({', '.join(params)})"
-        if target == "python":
-            src = f"def {name}({', '.join(params)}):\n    return {call}\n"
-        else:
-            import numba
-            glob["numba"] = numba
-            src = (f"def {name}({', '.join(params)}):\n"
-                   f"    with numba.objmode(y={numba_type(out_kind)!r}):\n"
-                   f"        y = {call}\n"
-                   f"    return y\n")
-        h = _HELPERS[key] = _compile(src, name, glob, target)
+        h = _HELPERS[key] = _python_call(name, params, f"_zyg_f({', '.join(params)})", out_kind,
+                                         glob, target)
     return h
 
 
@@ -231,14 +237,6 @@ def grad_helper(fn: Any, kind: str, i: int, target: str, nargs: int = 0, checkpo
         glob = {"np": np, "_zyg_take": _RecomputeTake(fn, target) if checkpoint else _Take()}
         params = ["first", "dy"] + [f"a{k}" for k in range(nargs)]
         extra = "".join(f", a{k}" for k in range(nargs)) if checkpoint else ""
-        if target == "python":
-            src = f"def {name}({', '.join(params)}):\n    return _zyg_take(first, {i}, dy{extra})\n"
-        else:
-            import numba
-            glob["numba"] = numba
-            src = (f"def {name}({', '.join(params)}):\n"
-                   f"    with numba.objmode(g={numba_type(kind)!r}):\n"
-                   f"        g = _zyg_take(first, {i}, dy{extra})\n"
-                   f"    return g\n")
-        h = _HELPERS[key] = _compile(src, name, glob, target)
+        h = _HELPERS[key] = _python_call(name, params, f"_zyg_take(first, {i}, dy{extra})", kind,
+                                         glob, target)
     return h
