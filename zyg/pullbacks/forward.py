@@ -341,7 +341,7 @@ class Forward:
             self.ret(entry.term, 1, code, loop=False)
         else:
             self.term(entry, 1, code)
-            code.add(1, "while True:")
+            code.add(1, "while _blk >= 0:")     # not 'while True': see transform.primal()
             first = True
             for blk in fn.iter_blocks():
                 if blk.id == entry.id:

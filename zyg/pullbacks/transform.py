@@ -605,10 +605,13 @@ class Emitter(ArrayMixin, StructuredMixin):
             self.primal_block(entry, ind, code, record, grows, inlined=True)
         else:
             code.add(ind, f"_blk = {self.fn.order[0]}")
+        # 'while _blk >= 0' rather than 'while True': numba 0.68 failed to type a float
+        # accumulated in a 'while True' dispatch loop left only by 'break' ("type of
+        # variable 'dx_1.1.1' cannot be determined"; found by tests/test_property.py)
         if grows:
-            code.add(ind, "while True:")
+            code.add(ind, "while _blk >= 0:")
             ind += 1
-        code.add(ind, "while True:")
+        code.add(ind, "while _blk >= 0:")
         def case(bid: int, i2: int) -> None:
             blk = self.fn.blocks[bid]
             if blk.id in self.struct_roots:
@@ -837,7 +840,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             else:
                 code.add(ind, f"{self.dname(rv)} = _dy")
         code.add(ind, f"_blk = {ret_blk.id}")
-        code.add(ind, "while True:")
+        code.add(ind, "while _blk >= 0:")     # not 'while True': see primal()
         self._in_simple = False
 
         def case(bid: int, i2: int) -> None:
