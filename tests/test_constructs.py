@@ -850,3 +850,19 @@ def test_argnums_out_of_range():
 def test_unknown_target():
     with pytest.raises(ValueError, match="target"):
         zyg.grad(arith, target="gpu")(1.0, 2.0)
+
+
+def empty_loop_with_branchy_body(x, y):
+    # found by the random-program property test (CI seed 310203453653485556951178045981079811218):
+    # numba 0.68 could not type dx in a 'while True' dispatch loop left only by 'break'
+    a = (math.sin(0.5) + (x + 0.5))
+    b = (a + a)
+    for i1 in range(0):
+        a = 0.5 * ((0.5 if not (a < a < 0.5) else (x if a < a < 0.5 and b <= y else a)))
+        y = 0.5 * (math.atan((b + x)))
+    return ((y if a > y else 1.3) - math.sin(0.25))
+
+
+def test_dispatch_loop_regression_found_by_the_property_test(target):
+    assert_grad_matches(empty_loop_with_branchy_body, (0.4763309753691657, 0.01), (0, 1),
+                        targets=(target,))
