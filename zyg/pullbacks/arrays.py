@@ -586,13 +586,7 @@ class ArrayMixin:
                                         and isinstance(fn, Recursive)))
             code.add(ind, f"{lhs}{h}({', '.join(args)})", st.loc)
         else:
-            kw = {k: (self.src(v), v.value if isinstance(v, Const) else arules._NOCONST)
-                  for k, v in e.kwargs.items()}
-            if len(e.args) == 2 and fn in (np.sum, np.mean, np.max, np.min, np.amax, np.amin, np.prod,
-                                           np.cumsum) and "axis" not in kw:
-                a1 = e.args[1]
-                kw["axis"] = (args[1], a1.value if isinstance(a1, Const) else arules._NOCONST)
-                args = args[:1]
+            args, kw = arules.call_parts(fn, e.args, args, e.kwargs, self.src)
             try:
                 special = arules.primal_call(fn, args, [self.kind(a) for a in e.args], kw,
                                              self.kind(st.var) if st.var is not None else None)

@@ -122,14 +122,9 @@ class Forward:
         if fn in PREFIX and len(args) == 1 and not e.kwargs:
             return f"({PREFIX[fn]}{args[0]})"
         kinds = [self.kind(a) for a in e.args]
-        kw = {k: (self.src(v), v.value if isinstance(v, Const) else arules._NOCONST)
-              for k, v in e.kwargs.items()}
+        kw = {k: (self.src(v), None) for k, v in e.kwargs.items()}
         if any(is_array(k) for k in kinds):
-            if len(e.args) == 2 and fn in (np.sum, np.mean, np.max, np.min, np.amax, np.amin, np.prod,
-                                           np.cumsum) and "axis" not in kw:
-                a1 = e.args[1]
-                kw["axis"] = (args[1], a1.value if isinstance(a1, Const) else arules._NOCONST)
-                args = args[:1]
+            args, kw = arules.call_parts(fn, e.args, args, e.kwargs, self.src)
             try:
                 special = arules.primal_call(fn, list(args), kinds, kw,
                                              self.kind(st.var) if st.var is not None else None)

@@ -493,6 +493,24 @@ AXIS_HELPERS = {np.max: "_zyg_max_axis", np.amax: "_zyg_max_axis", np.min: "_zyg
                 np.amin: "_zyg_min_axis", np.prod: "_zyg_prod_axis", np.cumsum: "_zyg_cumsum_axis"}
 
 
+_AXIS_FNS = (np.sum, np.mean, np.max, np.min, np.amax, np.amin, np.prod, np.cumsum)
+
+
+def call_parts(fn: Any, operands: list, args: List[str], kwargs: Dict[str, Any],
+               render: Callable[[Any], str]) -> Tuple[List[str], Dict[str, Any]]:
+    """Rendered positional arguments and ``{name: (rendered, constant or _NOCONST)}``
+    keywords of a call, with a positional axis (``np.sum(a, 0)``) moved to ``axis=``,
+    as :func:`primal_call` expects."""
+    def const(v):
+        from ..ssa.ir import Const
+        return v.value if isinstance(v, Const) else _NOCONST
+    kw = {k: (render(v), const(v)) for k, v in kwargs.items()}
+    if len(operands) == 2 and fn in _AXIS_FNS and "axis" not in kw:
+        kw["axis"] = (args[1], const(operands[1]))
+        args = args[:1]
+    return list(args), kw
+
+
 def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, Any],
                 result_kind: Optional[str] = None) -> Optional[str]:
     """Source of ``fn(*args, **kwargs)`` where numba needs another spelling; else None.
