@@ -201,7 +201,32 @@ def view_2d_row(a, x):
     return np.sum(a * a)
 
 
+def read_then_overwritten(x, k):
+    """A pullback reads an array (k * a) that a later statement overwrites: the adjoint
+    must see the array as it was (found in 2026-11: the write was not recorded)."""
+    a = np.zeros(3)
+    a[1] = x
+    y = np.sum(k * a)
+    a[1] = 7.0 * x
+    return y + np.sum(a)
+
+
+def loop_alloc_filled(u0, k, T):
+    """An array allocated in a loop, filled by an inner loop and read by a pullback: each
+    iteration's contents must be restored in the backward pass (same bug)."""
+    u = u0.copy()
+    n = u.shape[0]
+    for t in range(T):
+        lap = np.zeros_like(u)
+        for i in range(n):
+            lap[i] = u[i] * u[i]
+        u = u + k * lap
+    return np.sum(u)
+
+
 @pytest.mark.parametrize("f,args,argnums", [
+    (read_then_overwritten, (2.0, 3.0), (0, 1)),
+    (loop_alloc_filled, (vec(5), 0.2, 3), (0, 1)),
     (write_elems, (vec(4), 0.7), (0, 1)),
     (write_2d, (mat(3, 3), 0.9), (0, 1)),
     (write_slice, (vec(6), vec(6)), (0, 1)),

@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 from .errors import (ZygError, UnsupportedSyntax, NoAdjoint, CompileError,  # noqa: F401
                      TypeMismatch)
 from .rules.registry import adjoint, nondifferentiable  # noqa: F401
-from .rules.higher import checkpoint, hook  # noqa: F401
+from .rules.higher import checkpoint, checkpointed_range, hook  # noqa: F401
 from . import rules as _rules  # noqa: F401  (registers the built-in rules)
 from .api import (grad, value_and_grad, pullback, jvp, hvp, hessian, jacobian,  # noqa: F401
                   stop_gradient, show, reset_caches)
@@ -24,6 +24,6 @@ from .api import (grad, value_and_grad, pullback, jvp, hvp, hessian, jacobian,  
 nondifferentiable(stop_gradient)
 _rules.registry.end_builtin_phase()
 
-__all__ = ["checkpoint", "hook", "grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
+__all__ = ["checkpoint", "checkpointed_range", "hook", "grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
            "CompileError", "TypeMismatch"]

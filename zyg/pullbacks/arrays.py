@@ -321,14 +321,16 @@ class ArrayMixin:
             for q in st.expr.args:
                 self.need_value(blk, q)
             return
+        if self.is_arr(a) and self.mutable(a):
+            # written arrays are rewound and read in place: their writes (and, in a loop,
+            # their allocations) must be recorded even when no push is needed here
+            self.mark_read(a)
+            return
         if a.id not in self.p.defblock or not self.needs_push(blk.id, self.p.defblock[a.id]):
             return
         if self.remat(a, blk.id):
             return
         if self.is_arr(a):
-            if self.mutable(a):
-                self.mark_read(a)
-                return          # written arrays are rewound: read in place
             lst = self.arr_pushes[blk.id]
             if (var_name(a), self.kind(a)) not in lst:
                 lst.append((var_name(a), self.kind(a)))

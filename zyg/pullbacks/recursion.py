@@ -71,6 +71,17 @@ def numba_type(kind: str) -> str:
 _RULES: Dict[Tuple[Any, Tuple[str, ...], str, str], ConvertedRule] = {}
 
 
+def _cotangents(fn: Any, target: str, args, dy) -> list:
+    """The cotangents of all operands of ``fn(*args)`` for ``dy``: from ``fn``'s pullback,
+    recomputed, or from the primitive's own compiled backward pass (checkpointed loops,
+    ``zyg/pullbacks/ckloop.py``)."""
+    if getattr(fn, "_zyg_runner", False):
+        return fn.vjp(target, args, dy)
+    from ..api import pullback
+    y, back = pullback(fn, *args, target=target)
+    return list(back(dy))
+
+
 class _Recompute:
     """``checkpoint``'s backward part: run ``fn``'s pullback from the saved arguments
     (recomputing ``fn``) and apply it to ``dy``."""
@@ -81,10 +92,8 @@ class _Recompute:
         self.diff = diff
 
     def __call__(self, *args_dy):
-        from ..api import pullback
         *args, dy = args_dy
-        y, back = pullback(self.fn, *args, target=self.target)
-        gs = back(dy)
+        gs = _cotangents(self.fn, self.target, args, dy)
         return tuple(0.0 if gs[i] is None else gs[i] for i in self.diff)
 
 
@@ -107,7 +116,7 @@ def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str,
             "_zyg_uncacheable": True}
     bcall = "_zyg_rec_bwd(dy)"
     if checkpoint:
-        glob["_zyg_rec_fwd"] = _Plain(fn)
+        glob["_zyg_rec_fwd"] = _Plain(fn, target)
         glob["_zyg_rec_bwd"] = _Recompute(fn, target, diff)
         bcall = f"_zyg_rec_bwd({', '.join(params + ['dy'])})"
         name = name.replace("rec_", "ckpt_", 1)
@@ -137,19 +146,23 @@ def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str,
     conv = ConvertedRule(name=name, params=params, out=None, fwd_expr=None, back_param="dy",
                          back_exprs=None, free=list(params), fwd_src=fwd, bwd_src=bwd,
                          nonzero=[i in diff for i in range(n)], extra_res=[], globals=glob,
-                         filename=getattr(fn.__code__, "co_filename", ""),
-                         lineno=getattr(fn.__code__, "co_firstlineno", 0))
+                         filename=getattr(getattr(fn, "__code__", None), "co_filename", ""),
+                         lineno=getattr(getattr(fn, "__code__", None), "co_firstlineno", 0))
     _RULES[key] = conv
     return conv
 
 
 class _Plain:
-    """``f(*args)`` without a pullback (a recursive call whose result is not differentiated)."""
+    """``f(*args)`` without a pullback (a recursive call whose result is not differentiated,
+    the forward part of ``checkpoint``)."""
 
-    def __init__(self, fn: Any):
+    def __init__(self, fn: Any, target: str = "python"):
         self.fn = fn
+        self.target = target
 
     def __call__(self, *args):
+        if getattr(self.fn, "_zyg_runner", False):
+            return self.fn.forward(self.target, *args)
         return self.fn(*args)
 
 
@@ -202,7 +215,7 @@ def call_helper(fn: Any, kinds: List[str], out_kind: str, target: str, record: b
     if h is None:
         params = [f"a{i}" for i in range(len(kinds))]
         name = f"rec_{fn.__name__}_{'rec' if record else 'call'}"
-        glob = {"np": np, "_zyg_f": _Forward(fn, target) if record else _Plain(fn)}
+        glob = {"np": np, "_zyg_f": _Forward(fn, target) if record else _Plain(fn, target)}
         h = _HELPERS[key] = _python_call(name, params, f"_zyg_f({', '.join(params)})", out_kind,
                                          glob, target)
     return h
@@ -218,10 +231,8 @@ class _RecomputeTake:
         self.target = target
 
     def __call__(self, first: bool, i: int, dy, *args):
-        from ..api import pullback
         if first:
-            y, back = pullback(self.fn, *args, target=self.target)
-            _RecomputeTake.pending = list(back(dy))
+            _RecomputeTake.pending = _cotangents(self.fn, self.target, args, dy)
         g = _RecomputeTake.pending[i]
         return 0.0 if g is None else g
 

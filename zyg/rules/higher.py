@@ -31,6 +31,22 @@ def checkpoint(fn, *args):
     return fn(*args)
 
 
+def checkpointed_range(*args, snapshots: int = 10):
+    """``range(*args)`` (one or two arguments) whose loop zyg differentiates with binomial
+    checkpointing: ``for t in zyg.checkpointed_range(T, snapshots=s): ...``.
+
+    The backward pass holds at most ``snapshots`` copies of the loop's state (the values
+    carried from one iteration to the next) and one iteration's tape, instead of the tape
+    of all ``T`` iterations; iterations are recomputed instead (Griewank and Walther's
+    Revolve schedule).  Outside differentiated code this is ``range``.
+    See docs/higher_order.md (Checkpointed loops)."""
+    if not 1 <= len(args) <= 2:
+        raise TypeError("checkpointed_range takes 1 or 2 positional arguments (stop or start, stop)")
+    if int(snapshots) < 1:
+        raise ValueError(f"checkpointed_range: snapshots must be at least 1 (got {snapshots})")
+    return range(*args)
+
+
 class Hooked:
     """The primitive ``hook(fn, .)`` with ``fn`` bound."""
 
@@ -90,3 +106,31 @@ def hook_rule(prim: Hooked) -> Rule:
     if r is None:
         r = _HOOK_RULES[prim.fn] = Rule(prim, _make_hook_rule(prim.fn))
     return r
+
+
+class CkLoop(Checkpointed):
+    """A checkpointed loop: ``CkLoop(runner)(T, t0, s, *carried, *read)`` is the loop's final
+    carried values packed into a float64 vector (``zyg/pullbacks/ckloop.py``)."""
+
+    def __init__(self, runner: Any):
+        super().__init__(runner)
+        self.__name__ = self.__qualname__ = "checkpointed_range loop"
+
+    def _zyg_kind(self, kinds):
+        from ..pullbacks.ckloop import PACKED_KIND, check_kinds
+        r = self.fn
+        check_kinds(list(kinds[3:3 + r.n]), list(kinds[3 + r.n:]), r.names, r.loc)
+        return PACKED_KIND
+
+
+class CkPart(Checkpointed):
+    """Carried value ``k`` of a checkpointed loop, read from the packed vector:
+    ``CkPart(k)(z, *carried_before)``."""
+
+    def __init__(self, runner: Any):
+        super().__init__(runner)
+        self.__name__ = self.__qualname__ = f"checkpointed_range value {runner.k}"
+
+    def _zyg_kind(self, kinds):
+        from ..pullbacks.ckloop import part_kind
+        return part_kind(kinds[1 + self.fn.k])

@@ -170,6 +170,9 @@ def _structural_kind(fn: Any, kinds, consts) -> Any:
     from .prims import Attr, GetItem, SetItem
     if isinstance(fn, SetItem):
         return "none"
+    own = getattr(fn, "_zyg_kind", None)
+    if own is not None:
+        return own(kinds)
     if isinstance(fn, GetItem) and kinds:
         base = kinds[0]
         if is_array(base):

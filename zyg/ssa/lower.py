@@ -13,6 +13,7 @@ unpacking, chained comparisons, ``and``/``or``/``not`` (short-circuit branches),
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import inspect
 import math
@@ -261,8 +262,9 @@ class Lowerer:
         self.pyfn = unwrap(pyfn)
         if not isinstance(self.pyfn, types.FunctionType):
             raise UnsupportedSyntax(f"zyg can only transform Python functions, not {type(pyfn).__name__}")
-        self.f = _Frame(source_of(self.pyfn), self.pyfn.__globals__, _cell_contents(self.pyfn), "",
-                        what=self.pyfn)
+        cells = getattr(self.pyfn, "_zyg_closure", None)
+        self.f = _Frame(source_of(self.pyfn), self.pyfn.__globals__,
+                        cells if cells is not None else _cell_contents(self.pyfn), "", what=self.pyfn)
         self.frames: List[_Frame] = [self.f]   # the inlining stack
         self.ninline = 0
         self.nvar = 0
@@ -640,6 +642,9 @@ class Lowerer:
                                    "use a flag variable set before 'break'")
         it = st.iter
         fn = self.static_value(it.func) if isinstance(it, gast.Call) else None
+        from ..rules.higher import checkpointed_range
+        if fn is checkpointed_range:
+            return self.checkpointed_loop(st, it)
         if fn is builtins.range:
             if it.keywords or not 1 <= len(it.args) <= 3:
                 raise self.unsupported(it, "range() takes 1 to 3 positional arguments")
@@ -728,6 +733,123 @@ class Lowerer:
         self.seal(head)
         self.seal(exit)
         self.cur = exit
+
+    def checkpointed_loop(self, st, it) -> None:
+        """``for t in zyg.checkpointed_range(...)``: the body becomes a step function of the
+        carried values and the values it reads; the loop one checkpointed call
+        (``zyg/pullbacks/ckloop.py``) and one read-out per carried value."""
+        from ..pullbacks.ckloop import LoopRunner, PartRunner
+        from ..rules.higher import CkLoop, CkPart
+        if not isinstance(st.target, gast.Name):
+            raise self.unsupported(st.target, "the loop variable of checkpointed_range must be a plain name")
+        if not 1 <= len(it.args) <= 2 or any(isinstance(a, gast.Starred) for a in it.args):
+            raise self.unsupported(it, "checkpointed_range takes 1 or 2 positional arguments "
+                                       "(stop or start, stop) and snapshots=")
+        snaps: Operand = Const(10)
+        for kw in it.keywords:
+            if kw.arg != "snapshots":
+                raise self.unsupported(it, f"checkpointed_range has no argument {kw.arg!r}")
+            snaps = self.expr(kw.value)
+        args = [self.expr(a) for a in it.args]
+        start, stop = (Const(0), args[0]) if len(args) == 1 else args
+        T = self.emit(operator.sub, [stop, start], it, "T")
+        scan = _BodyScan(self, st.body)
+        t = st.target.id
+        after = self._loads_after(st)
+        cands = (scan.stores | scan.mutated) - {t}
+        carried = sorted(n for n in cands if n in scan.exposed or n in after or n not in scan.stores)
+        free = sorted(n for n in scan.loads - scan.stores - {t} if n not in carried)
+        c_ops: List[Operand] = []
+        for n in carried:
+            where, fr = self.resolve(n)
+            if where != "var":
+                raise self.unsupported(st, f"the checkpointed loop writes into {n!r}, which is not a "
+                                           "variable of this function")
+            v = self._read(fr.prefix + n, self.cur)
+            if isinstance(v, Undef):
+                why = "read before it is assigned" if n in scan.exposed else "used after the loop"
+                raise self.unsupported(st, f"{n!r} is assigned in the checkpointed loop and {why}; "
+                                           "give it a value before the loop")
+            c_ops.append(v)
+        f_names, f_ops = [], []
+        for n in free:
+            where, fr = self.resolve(n)
+            if where == "static":
+                raise self.unsupported(st, f"the body of a checkpointed loop calls {n!r}, a function "
+                                           "defined or passed inside differentiated code",
+                                       "call module-level functions in the loop body")
+            if where == "var":
+                f_names.append(n)
+                f_ops.append(self._read(fr.prefix + n, self.cur))
+        step = self._step_function(st, t, carried, f_names)
+        runner = LoopRunner(step, len(carried), carried + f_names, self.src.loc(st))
+        z = self.emit(CkLoop(runner), [T, start, snaps] + c_ops + f_ops, st, "ckpt")
+        for k, n in enumerate(carried):
+            v = self.emit(CkPart(PartRunner(k)), [z] + c_ops, st, n)
+            if n in scan.stores:
+                self.write(n, self.cur, v)
+            else:
+                # an array the body writes into: the values go back into it (other names
+                # of the array see them, as with the plain loop)
+                base = self._read(self.resolve(n)[1].prefix + n, self.cur)
+                self.blocks[self.cur].stmts.append(
+                    Stmt(None, Call(SetItem(("s",)), [base, Const(None), Const(None), Const(None), v]),
+                         self.src.loc(st)))
+
+    def _loads_after(self, st) -> Set[str]:
+        """Names the frame's function reads after the loop ``st`` (anywhere outside it when
+        the loop is inside another loop)."""
+        out: Set[str] = set()
+        anywhere = bool(self.loops)
+        end = getattr(st, "end_lineno", None) or st.lineno
+        stack = [self.src.node]
+        while stack:
+            n = stack.pop()
+            if n is st:
+                continue
+            if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load) and \
+                    (anywhere or (getattr(n, "lineno", 0) or 0) > end):
+                out.add(n.id)
+            stack.extend(gast.iter_child_nodes(n))
+        return out
+
+    def _step_function(self, st, t: str, carried: List[str], free: List[str]):
+        """A Python function ``step(t, *carried, *free) -> carried`` whose source is the loop's
+        body (registered as its source, with the body's lines)."""
+        import copy
+        ret = (gast.Name(id=carried[0], ctx=gast.Load(), annotation=None, type_comment=None)
+               if len(carried) == 1 else
+               gast.Tuple(elts=[gast.Name(id=c, ctx=gast.Load(), annotation=None, type_comment=None)
+                                for c in carried], ctx=gast.Load()))
+        body = [_ContinueToReturn(ret, self, t).visit(copy.deepcopy(b)) for b in st.body]
+        body.append(gast.Return(value=copy.deepcopy(ret)))
+        params = [gast.Name(id=p, ctx=gast.Param(), annotation=None, type_comment=None)
+                  for p in [t] + carried + free]
+        name = f"checkpointed_step_{self.src.loc(st).lineno}"
+        fdef = gast.FunctionDef(name=name, args=gast.arguments(
+            args=params, posonlyargs=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+            defaults=[]), body=body, decorator_list=[], returns=None, type_comment=None, type_params=[])
+        for n in gast.walk(fdef):
+            if hasattr(n, "lineno") and getattr(n, "lineno", None) is None:
+                n.lineno, n.col_offset = st.lineno, st.col_offset
+        gast.copy_location(fdef, st)
+        mod = gast.Module(body=[fdef], type_ignores=[])
+        pymod = ast.fix_missing_locations(gast.gast_to_ast(mod))
+        code = compile(pymod, self.src.filename, "exec")
+        fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+        fn = types.FunctionType(fcode, self.globals, name)
+        closure: Dict[str, Any] = {}
+        fr = self.f
+        while fr is not None:
+            for k, v in fr.closure.items():
+                closure.setdefault(k, v)
+            fr = fr.parent
+        fn._zyg_closure = closure
+        src = _Source.__new__(_Source)
+        src.fn, src.filename, src.coloff, src.lineoff, src.node = \
+            fn, self.src.filename, self.src.coloff, self.src.lineoff, fdef
+        _SOURCES[fn] = src
+        return fn
 
     def stmt_Break(self, st) -> None:
         self.jump(self.loops[-1].exit)
@@ -1263,6 +1385,120 @@ class Lowerer:
                     raise self.unsupported(node, f"{name}() is missing the keyword argument {p!r}")
                 bound[p] = kwdefaults[p]
         return bound
+
+
+class _BodyScan:
+    """What a loop body reads and writes: ``loads``, ``stores`` (names assigned),
+    ``mutated`` (arrays written through a subscript) and ``exposed`` (names read before
+    the body assigns them on some path: values carried from the previous iteration)."""
+
+    def __init__(self, low: "Lowerer", body):
+        self.low = low
+        self.loads: Set[str] = set()
+        self.stores: Set[str] = set()
+        self.mutated: Set[str] = set()
+        self.exposed: Set[str] = set()
+        self.block(body, set(), top=True)
+
+    def read(self, node, defined: Set[str]) -> None:
+        for n in gast.walk(node):
+            if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load):
+                self.loads.add(n.id)
+                if n.id not in defined:
+                    self.exposed.add(n.id)
+
+    def target(self, t, defined: Set[str]) -> None:
+        if isinstance(t, gast.Name):
+            self.stores.add(t.id)
+            defined.add(t.id)
+        elif isinstance(t, (gast.Tuple, gast.List)):
+            for e in t.elts:
+                self.target(e, defined)
+        elif isinstance(t, gast.Subscript):
+            base = t.value
+            while isinstance(base, (gast.Subscript, gast.Attribute)):
+                base = base.value
+            if isinstance(base, gast.Name):
+                self.mutated.add(base.id)
+            self.read(t.value, defined)
+            self.read(t.slice, defined)
+        elif isinstance(t, gast.Starred):
+            self.target(t.value, defined)
+        else:
+            self.read(t, defined)
+
+    def block(self, body, defined: Set[str], top: bool = False) -> Set[str]:
+        for st in body:
+            if isinstance(st, gast.Return):
+                raise self.low.unsupported(st, "'return' inside a checkpointed loop is not supported",
+                                           "set a flag, finish the loop, and return after it")
+            if isinstance(st, gast.Break) and top:
+                raise self.low.unsupported(st, "'break' out of a checkpointed loop is not supported",
+                                           "a checkpointed loop runs all its steps")
+            if isinstance(st, gast.Assign):
+                self.read(st.value, defined)
+                for t in st.targets:
+                    self.target(t, defined)
+            elif isinstance(st, gast.AugAssign):
+                self.read(st.value, defined)
+                if isinstance(st.target, gast.Name):
+                    self.loads.add(st.target.id)
+                    if st.target.id not in defined:
+                        self.exposed.add(st.target.id)
+                self.target(st.target, defined)
+            elif isinstance(st, gast.AnnAssign):
+                if st.value is not None:
+                    self.read(st.value, defined)
+                    self.target(st.target, defined)
+            elif isinstance(st, gast.If):
+                self.read(st.test, defined)
+                a = self.block(st.body, set(defined))
+                b = self.block(st.orelse, set(defined))
+                defined |= a & b
+            elif isinstance(st, gast.For):
+                self.read(st.iter, defined)
+                inner = set(defined)
+                self.target(st.target, inner)
+                self.block(st.body, inner)
+                self.block(st.orelse, set(defined))
+            elif isinstance(st, gast.While):
+                self.read(st.test, defined)
+                self.block(st.body, set(defined))
+                self.block(st.orelse, set(defined))
+            elif isinstance(st, gast.FunctionDef):
+                self.read(st, defined)
+                self.stores.add(st.name)
+                defined.add(st.name)
+            else:
+                for n in gast.walk(st):
+                    if isinstance(n, gast.Return):
+                        raise self.low.unsupported(n, "'return' inside a checkpointed loop is not "
+                                                      "supported")
+                self.read(st, defined)
+        return defined
+
+
+class _ContinueToReturn(gast.NodeTransformer):
+    """``continue`` of the checkpointed loop itself (not of a nested loop) ends the step."""
+
+    def __init__(self, ret, low: "Lowerer", t: str):
+        self.ret = ret
+
+    def visit_Continue(self, node):
+        import copy
+        return gast.copy_location(gast.Return(value=copy.deepcopy(self.ret)), node)
+
+    def visit_For(self, node):
+        return node
+
+    def visit_While(self, node):
+        return node
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    def visit_Lambda(self, node):
+        return node
 
 
 def lower(pyfn: Any, statics: Optional[Dict[int, Any]] = None) -> Function:

@@ -1,0 +1,321 @@
+"""Checkpointed loops: ``for t in zyg.checkpointed_range(T, snapshots=s)``.
+
+Every gradient is checked against central finite differences, and against zyg's gradient
+of the same function written with ``range`` (fully recorded), for several numbers of
+snapshots (1 snapshot: every step recomputed from the start; many: almost no
+recomputation).  The binomial schedule is checked to run each step forward at most
+``r + 1`` times and to reverse every step exactly once.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import zyg
+from zyg.errors import TypeMismatch, UnsupportedSyntax
+
+TARGETS = ("python", "cpu")
+
+
+def fd_array(f, args, i, h=1e-6):
+    """Central differences of a scalar f w.r.t. argument i (a float or an array)."""
+    x = args[i]
+    if isinstance(x, np.ndarray):
+        g = np.zeros(x.shape)
+        for idx in np.ndindex(x.shape):
+            up, dn = x.astype(np.float64).copy(), x.astype(np.float64).copy()
+            up[idx] += h
+            dn[idx] -= h
+            a_up, a_dn = list(args), list(args)
+            a_up[i], a_dn[i] = up.astype(x.dtype), dn.astype(x.dtype)
+            g[idx] = (f(*a_up) - f(*a_dn)) / (2 * h)
+        return g
+    a_up, a_dn = list(args), list(args)
+    a_up[i], a_dn[i] = x + h, x - h
+    return (f(*a_up) - f(*a_dn)) / (2 * h)
+
+
+_G = {}
+
+
+def grad(f, argnums=0, target="cpu"):
+    """zyg.grad built once per test session (numba compiles each function once)."""
+    key = (f, argnums, target)
+    if key not in _G:
+        _G[key] = grad(f, argnums, target)
+    return _G[key]
+
+
+# -- the workloads: each in a checkpointed form and a plain (recorded) form ---------------
+
+def heat(u0, k, T, s):
+    """1-D heat equation, explicit Euler: an array carried from step to step."""
+    u = u0.copy()
+    n = u.shape[0]
+    for t in zyg.checkpointed_range(T, snapshots=s):
+        lap = np.zeros_like(u)
+        for i in range(1, n - 1):
+            lap[i] = u[i - 1] - 2.0 * u[i] + u[i + 1]
+        u = u + k * lap
+    return np.sum(u ** 2)
+
+
+def heat_plain(u0, k, T, s):
+    u = u0.copy()
+    n = u.shape[0]
+    for t in range(T):
+        lap = np.zeros_like(u)
+        for i in range(1, n - 1):
+            lap[i] = u[i - 1] - 2.0 * u[i] + u[i + 1]
+        u = u + k * lap
+    return np.sum(u ** 2)
+
+
+def oscillator(x0, v0, w, dt, T, s):
+    """Scalars carried (x, v, an energy sum that starts as the integer 0), scalars read,
+    a branch on the step number and a 'continue'."""
+    x = x0
+    v = v0
+    e = 0
+    for t in zyg.checkpointed_range(T, snapshots=s):
+        a = -w * w * math.sin(x)
+        v = v + dt * a
+        x = x + dt * v
+        if t % 3 == 2:
+            continue
+        e += 0.5 * v * v + w * w * (1.0 - math.cos(x))
+    return x * x + 0.1 * e + v
+
+
+def oscillator_plain(x0, v0, w, dt, T, s):
+    x = x0
+    v = v0
+    e = 0.0
+    for t in range(T):
+        a = -w * w * math.sin(x)
+        v = v + dt * a
+        x = x + dt * v
+        if t % 3 == 2:
+            continue
+        e += 0.5 * v * v + w * w * (1.0 - math.cos(x))
+    return x * x + 0.1 * e + v
+
+
+def particles(pos0, vel, drag, T, s):
+    """An array written in place in the loop (not reassigned) and a trajectory array
+    filled one row per step, both carried; an array and a float read."""
+    pos = pos0.copy()
+    traj = np.zeros((T, pos.shape[0]))
+    for t in zyg.checkpointed_range(T, snapshots=s):
+        for i in range(pos.shape[0]):
+            pos[i] = pos[i] + 0.1 * vel[i] * math.exp(-drag * t) - 0.01 * pos[i] ** 3
+        traj[t, :] = pos
+    return np.sum(traj * traj) + np.sum(np.sin(pos))
+
+
+def particles_plain(pos0, vel, drag, T, s):
+    pos = pos0.copy()
+    traj = np.zeros((T, pos.shape[0]))
+    for t in range(T):
+        for i in range(pos.shape[0]):
+            pos[i] = pos[i] + 0.1 * vel[i] * math.exp(-drag * t) - 0.01 * pos[i] ** 3
+        traj[t, :] = pos
+    return np.sum(traj * traj) + np.sum(np.sin(pos))
+
+
+def _step(y, c):
+    return y - 0.05 * y ** 3 + c
+
+
+def integrate(y, c, t0, t1, s):
+    for t in zyg.checkpointed_range(t0, t1, snapshots=s):
+        y = _step(y, c * t)
+    return y
+
+
+def through_callee(y0, c, t0, t1, s):
+    """A checkpointed loop inside an inlined callee, with start and stop, calling a
+    module-level function."""
+    y = integrate(y0 * 1.0, c, t0, t1, s)
+    return np.sum(y * y)
+
+
+def through_callee_plain(y0, c, t0, t1, s):
+    y = y0 * 1.0
+    for t in range(t0, t1):
+        y = _step(y, c * t)
+    return np.sum(y * y)
+
+
+CASES = {
+    "heat": (heat, heat_plain, lambda T, s: (np.sin(np.linspace(0.0, 3.0, 9)), 0.2, T, s), (0, 1)),
+    "oscillator": (oscillator, oscillator_plain, lambda T, s: (0.7, -0.2, 1.3, 0.1, T, s), (0, 1, 2, 3)),
+    "particles": (particles, particles_plain,
+                  lambda T, s: (np.array([0.5, -1.0, 2.0]), np.array([1.0, 0.3, -0.4]), 0.05, T, s),
+                  (0, 1, 2)),
+    "callee": (through_callee, through_callee_plain,
+               lambda T, s: (np.array([0.3, -0.6]), 0.01, 2, 2 + T, s), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_recorded_loop_and_fd(name, target):
+    f, plain, make, argnums = CASES[name]
+    T = 11
+    ref = grad(plain, argnums, target)(*make(T, 1))
+    for s in (1, 3, 30):
+        args = make(T, s)
+        before = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        assert f(*args) == pytest.approx(plain(*args), rel=1e-13)
+        got = grad(f, argnums, target)(*args)
+        for a, b in zip(args, before):
+            if isinstance(a, np.ndarray):
+                assert np.array_equal(a, b), "the gradient changed an input array"
+        for k, i in enumerate(argnums):
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{name} s={s} argument {i}: checkpointed != recorded")
+            fd = fd_array(lambda *a: f(*a), args, i)
+            np.testing.assert_allclose(got[k], fd, rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{name} s={s} argument {i}: zyg != finite differences")
+
+
+def _runner(f):
+    from zyg.api import ssa_of
+    from zyg.rules.higher import CkLoop
+    for blk in ssa_of(f).iter_blocks():
+        for st in blk.stmts:
+            if isinstance(st.expr.fn, CkLoop):
+                return st.expr.fn.fn
+    raise AssertionError("no checkpointed loop")
+
+
+def _beta(c, r):
+    return math.comb(c + r, r)
+
+
+@pytest.mark.parametrize("T,s", [(1, 1), (2, 1), (7, 1), (40, 2), (100, 3), (1000, 5), (1000, 40)])
+def test_schedule_recomputes_within_the_binomial_bound(T, s):
+    """The backward pass runs T recorded steps plus recomputations; with c = s - 1 free
+    snapshots and r the least integer with C(c + r, r) >= T, no step runs more than r + 1
+    times forward in the backward pass (Griewank and Walther), and the gradient is the
+    recorded loop's."""
+    args = (np.array([0.3, -0.6]), 1e-4, 0, T, s)
+    g = grad(through_callee, 0, "cpu")(*args)
+    ref = grad(through_callee_plain, 0, "cpu")(*args)
+    np.testing.assert_allclose(g, ref, rtol=1e-12)
+    runner = _runner(through_callee)
+    steps = runner.last_forward_steps
+    c = s - 1
+    r = 0
+    while _beta(c, r) < T:
+        r += 1
+    assert steps >= T, "every step must be run (recorded) once in the backward pass"
+    assert steps <= (r + 1) * T, f"T={T} s={s}: {steps} steps > (r + 1) T = {(r + 1) * T}"
+    if s == 1:
+        assert steps == T * (T + 1) // 2, "one snapshot: step k is recomputed from the start"
+    if s >= T:
+        assert steps <= 2 * T
+
+
+def test_pullback_and_array_result():
+    def run(u0, k, T):
+        u = u0.copy()
+        for t in zyg.checkpointed_range(T, snapshots=3):
+            u = u + k * np.sin(u)
+        return u
+    u0 = np.array([0.1, 0.5, 1.0])
+    dy = np.array([1.0, -2.0, 0.5])
+    for target in TARGETS:
+        y, back = zyg.pullback(run, u0, 0.3, 6, target=target)
+        du, dk, dT = back(dy)
+        assert dT is None
+        np.testing.assert_allclose(y, run(u0, 0.3, 6), rtol=1e-14)
+        np.testing.assert_allclose(du, fd_array(lambda u: float(np.dot(run(u, 0.3, 6), dy)), [u0], 0),
+                                   rtol=1e-6)
+        assert dk == pytest.approx(fd_array(lambda k: float(np.dot(run(u0, k, 6), dy)), [0.3], 0), rel=1e-6)
+
+
+def float32_run(u0, k, T):
+    u = u0.copy()
+    for t in zyg.checkpointed_range(T, snapshots=2):
+        u = u * np.float32(0.9) + np.float32(k) * np.tanh(u)
+    return np.sum(u.astype(np.float64) ** 2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_float32_state(target):
+    u0 = np.array([0.1, 0.5, 1.0], np.float32)
+    g = zyg.grad(float32_run, target=target)(u0, 0.25, 5)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, fd_array(float32_run, [u0, 0.25, 5], 0, h=1e-3), rtol=2e-2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_zero_and_one_steps(target):
+    for T in (0, 1):
+        args = (np.array([0.3, -0.6]), 0.01, 4, 4 + T, 2)
+        g = grad(through_callee, (0, 1), target)(*args)
+        ref = grad(through_callee_plain, (0, 1), target)(*args)
+        np.testing.assert_allclose(g[0], ref[0], rtol=1e-12)
+        assert g[1] == pytest.approx(ref[1], abs=1e-15)
+
+
+def test_outside_differentiated_code_it_is_range():
+    assert list(zyg.checkpointed_range(4, snapshots=2)) == [0, 1, 2, 3]
+    assert list(zyg.checkpointed_range(2, 5)) == [2, 3, 4]
+    with pytest.raises(ValueError):
+        zyg.checkpointed_range(3, snapshots=0)
+
+
+# -- errors -------------------------------------------------------------------------------
+
+def bad_return(x, T):
+    for t in zyg.checkpointed_range(T):
+        x = x * 2.0
+        if x > 3.0:
+            return x
+    return x
+
+
+def bad_break(x, T):
+    for t in zyg.checkpointed_range(T):
+        x = x * 2.0
+        if x > 3.0:
+            break
+    return x
+
+
+def bad_tuple(x, T):
+    st = (x, x)
+    for t in zyg.checkpointed_range(T):
+        st = (st[1], st[0] * 0.5)
+    return st[0]
+
+
+def bad_undefined(x, T):
+    for t in zyg.checkpointed_range(T):
+        y = x * 2.0
+    return y
+
+
+def bad_complex(z, T):
+    w = z * 1j
+    for t in zyg.checkpointed_range(T):
+        w = w * 0.5
+    return w.real
+
+
+@pytest.mark.parametrize("f,cls,msg", [
+    (bad_return, UnsupportedSyntax, "'return' inside a checkpointed loop"),
+    (bad_break, UnsupportedSyntax, "'break' out of a checkpointed loop"),
+    (bad_tuple, TypeMismatch, "'st' is carried"),
+    (bad_undefined, UnsupportedSyntax, "'y' is assigned in the checkpointed loop and used after"),
+    (bad_complex, TypeMismatch, "'w' is carried"),
+])
+def test_errors_point_at_the_loop(f, cls, msg):
+    with pytest.raises(cls) as e:
+        zyg.grad(f, target="python")(0.5, 3)
+    assert msg in str(e.value)
+    assert e.value.filename == __file__
+    assert e.value.lineno is not None

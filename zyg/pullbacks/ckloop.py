@@ -1,0 +1,362 @@
+"""Checkpointed loops: ``for t in zyg.checkpointed_range(T, snapshots=s)``.
+
+The lowering (``Lowerer.checkpointed_loop`` in ``zyg/ssa/lower.py``) turns the loop's
+body into a *step function* ``step(t, c_0, ..., c_n-1, f_0, ..., f_m-1)`` returning the
+carried values ``c`` (the variables the body reads before assigning them, or that live
+after the loop, and the arrays it writes into) from the values it only reads (``f``).
+The loop itself becomes one call ``z = CkLoop(runner)(T, t0, s, c..., f...)`` returning
+the final carried values packed into one float64 vector, and one ``CkPart(k)`` call per
+carried value reading it back out.  Both are ``checkpoint``-like primitives, whose
+forward and backward parts this module provides as compiled code:
+
+* forward: ``T`` plain steps (the step's primal without a tape), nothing recorded;
+* backward: binomial checkpointing (Griewank & Walther's Revolve schedule, computed on
+  the fly): at most ``s`` packed states are held at once; a step is reversed by running
+  it once more with its tape recorded and applying its adjoint at once, so the tape never
+  holds more than one step.  A step runs forward at most ``r + 1`` times, where ``r`` is
+  the smallest integer with ``C(s - 1 + r, r) >= T``.
+
+The step is differentiated by zyg itself (``plan`` + ``emit_split``), per argument kinds
+and target, and the schedule interpreter is generated code compiled with it.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from ..errors import TypeMismatch
+from ..ssa.analysis import array_dtype, array_kind, differentiable, is_array, is_tuple
+
+_FLOAT_ARRAYS = ("float64", "float32")
+
+
+def carried_kind_error(kind: str, name: str, loc) -> TypeMismatch:
+    return TypeMismatch(f"checkpointed loop: {name!r} is carried from one step to the next and is "
+                        f"a {kind} value; carried values must be floats or float arrays",
+                        loc.filename if loc else None, loc.lineno if loc else None,
+                        loc.col if loc else None,
+                        hint="unpack tuples into separate variables; compute integer counters from "
+                             "the loop variable")
+
+
+def check_kinds(carried: List[str], free: List[str], names: List[str], loc) -> None:
+    n = len(carried)
+    for k, nm in zip(carried, names[:n]):
+        if k in ("float", "int"):
+            continue
+        if is_array(k) and array_dtype(k) in _FLOAT_ARRAYS:
+            continue
+        raise carried_kind_error(k, nm, loc)
+    for k, nm in zip(free, names[n:]):
+        if is_tuple(k):
+            raise TypeMismatch(f"checkpointed loop: the body reads the tuple {nm!r}; unpack it into "
+                               "separate variables before the loop",
+                               loc.filename if loc else None, loc.lineno if loc else None,
+                               loc.col if loc else None)
+
+
+PACKED_KIND = array_kind(np.float64, 1)
+
+
+def part_kind(k: str) -> str:
+    return "float" if k == "int" else k
+
+
+def _kinds_of(vals) -> List[str]:
+    from ..api import _kinds
+    return _kinds(vals, "checkpointed loop")
+
+
+class _Compiled:
+    """The compiled pieces of one loop at one set of argument kinds and one target."""
+
+    def __init__(self, fwd, bwd, diff_free: List[int], kinds: List[str]):
+        self.fwd = fwd
+        self.bwd = bwd
+        self.diff_free = diff_free
+        self.kinds = kinds
+
+
+def _pack_src(code: List[str], kinds: List[str], names: List[str], out: str, ind: str) -> None:
+    """``out = one float64 vector of the values names`` (generated lines)."""
+    size = " + ".join("1" if not is_array(k) else f"{nm}.size" for k, nm in zip(kinds, names))
+    code.append(f"{ind}{out} = np.empty({size})")
+    code.append(f"{ind}_o = 0")
+    for k, nm in zip(kinds, names):
+        if is_array(k):
+            code.append(f"{ind}{out}[_o:_o + {nm}.size] = np.ascontiguousarray({nm}).reshape({nm}.size)")
+            code.append(f"{ind}_o += {nm}.size")
+        else:
+            code.append(f"{ind}{out}[_o] = {nm}")
+            code.append(f"{ind}_o += 1")
+
+
+def _unpack_src(code: List[str], kinds: List[str], like: List[str], src: str, outs: List[str],
+                ind: str) -> None:
+    """``outs = fresh values read from the vector src``, shaped like ``like``."""
+    code.append(f"{ind}_o = 0")
+    for k, lk, o in zip(kinds, like, outs):
+        if is_array(k):
+            cast = ".copy()" if array_dtype(k) == "float64" else f".astype(np.{array_dtype(k)})"
+            code.append(f"{ind}{o} = {src}[_o:_o + {lk}.size]{cast}.reshape({lk}.shape)")
+            code.append(f"{ind}_o += {lk}.size")
+        else:
+            code.append(f"{ind}{o} = {src}[_o]")
+            code.append(f"{ind}_o += 1")
+
+
+def _tuple(names: List[str]) -> str:
+    return "(" + "".join(n + ", " for n in names) + ")"
+
+
+_SCHEDULE = '''
+def _ck_beta(c, r, cap):
+    """C(c + r, r): the number of steps c snapshots reverse with r repetitions (capped)."""
+    v = 1
+    for i in range(1, r + 1):
+        v = v * (c + i) // i
+        if v >= cap:
+            return cap
+    return v
+
+
+def _ck_split(l, c):
+    """Where to put the next snapshot in a range of l steps with c free snapshots."""
+    r = 0
+    while _ck_beta(c, r, l) < l:
+        r += 1
+    m = l - _ck_beta(c - 1, r, l)
+    return m if m >= 1 else 1
+'''
+
+
+def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
+    """Compile the loop with step function ``step`` (``n`` carried values) for operands of
+    these kinds (the carried values, then the values the body only reads)."""
+    from ..api import ssa_of, _ident
+    from ..compile import load, wrapper_for
+    from .transform import emit_split, plan
+    ir = ssa_of(step)
+    skinds = ["int"] + list(kinds)
+    m = len(kinds) - n
+    stem = _ident(ir.name)
+    wrap = wrapper_for(target)
+    # the plain step (nothing differentiated: its tape is empty but for control flow)
+    p0 = plan(ir, skinds, [], target)
+    c0, ns0, _, _ = emit_split(p0, stem + "_run", wrap)
+    (run,), _, _ = load(c0, ns0.ns, [stem + "_run_primal"], target, stem + "_run")
+    # the recorded step and its adjoint
+    diff = [i for i, k in enumerate(skinds) if differentiable(k)]
+    p1 = plan(ir, skinds, diff, target)
+    c1, ns1, _, _ = emit_split(p1, stem + "_rev", wrap)
+    (rec, adj), _, _ = load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"], target,
+                            stem + "_rev")
+    cn = [f"c{i}" for i in range(n)]
+    fn_ = [f"f{j}" for j in range(m)]
+    ck, fk = kinds[:n], kinds[n:]
+    diff_free = [j for j in range(m) if differentiable(fk[j])]
+    # position of each differentiable parameter's cotangent in the adjoint's result
+    slot = {i - 1: s for s, i in enumerate(diff)}      # operand index (without t) -> slot
+    args = ", ".join(["{t}"] + cn + fn_)
+    lines: List[str] = []
+    # -- forward: T plain steps
+    lines.append(f"def _ck_fwd(T, t0, {', '.join(cn + fn_)}):")
+    for k, c in zip(ck, cn):
+        if is_array(k):
+            lines.append(f"    {c} = {c}.copy()")
+    lines.append("    for _k in range(T):")
+    lines.append(f"        _r, _tp = _ck_run({args.format(t='t0 + _k')})")
+    lines.append(f"        {', '.join(cn)}{',' if n == 1 else ''} = {'(_r,)' if n == 1 else '_r'}")
+    _pack_src(lines, ck, cn, "_z", "    ")
+    lines.append("    return _z")
+    lines.append("")
+    # -- backward: the binomial schedule, interpreted with an explicit stack
+    xs = [f"x{i}" for i in range(n)]
+    ds = [f"d{i}" for i in range(n)]
+    gs = [f"g{j}" for j in diff_free]
+    lines.append(f"def _ck_bwd(T, t0, s, {', '.join(cn + fn_)}, dz):")
+    lines.append("    _snap = np.empty((s, dz.shape[0]))")
+    _pack_src(lines, ck, cn, "_z0", "    ")
+    lines.append("    _snap[0, :] = _z0")
+    _unpack_src(lines, ck, cn, "dz", ds, "    ")
+    for j in diff_free:
+        lines.append(f"    g{j} = np.zeros_like(f{j})" if is_array(fk[j]) else f"    g{j} = 0.0 * f{j}")
+    lines.append("    _sa = np.empty(s + 4, np.int64)")
+    lines.append("    _sb = np.empty(s + 4, np.int64)")
+    lines.append("    _ss = np.empty(s + 4, np.int64)")
+    lines.append("    _sc = np.empty(s + 4, np.int64)")
+    lines.append("    _sa[0] = 0")
+    lines.append("    _sb[0] = T")
+    lines.append("    _ss[0] = 0")
+    lines.append("    _sc[0] = s - 1")
+    lines.append("    _sp = 1")
+    lines.append("    _nfw = 0")
+    lines.append("    while _sp > 0:")
+    lines.append("        _sp -= 1")
+    lines.append("        _a = _sa[_sp]")
+    lines.append("        _b = _sb[_sp]")
+    lines.append("        _slot = _ss[_sp]")
+    lines.append("        _c = _sc[_sp]")
+    lines.append("        if _b - _a <= 0:")
+    lines.append("            continue")
+    _unpack_src(lines, ck, cn, "_snap[_slot]", xs, "        ")
+    xargs = ", ".join(["{t}"] + xs + fn_)
+    step_back = f"{', '.join(xs)}{',' if n == 1 else ''} = {'(_r,)' if n == 1 else '_r'}"
+    lines.append("        if _c == 0 or _b - _a == 1:")
+    lines.append("            for _k in range(_a, _b - 1):")
+    lines.append(f"                _r, _tp = _ck_run({xargs.format(t='t0 + _k')})")
+    lines.append(f"                {step_back}")
+    lines.append("            _r, _tp = _ck_rec(" + xargs.format(t="t0 + _b - 1") + ")")
+    dy = ds[0] if n == 1 else _tuple(ds)
+    lines.append(f"            _g = _ck_adj(*_tp, {dy})")
+    for i in range(n):
+        lines.append(f"            d{i} = _g[{slot[i]}]")
+    for j in diff_free:
+        lines.append(f"            g{j} += _g[{slot[n + j]}]")
+    lines.append("            _nfw += _b - _a")
+    lines.append("            _sa[_sp] = _a")
+    lines.append("            _sb[_sp] = _b - 1")
+    lines.append("            _ss[_sp] = _slot")
+    lines.append("            _sc[_sp] = _c")
+    lines.append("            _sp += 1")
+    lines.append("        else:")
+    lines.append("            _m = _a + _ck_split(_b - _a, _c)")
+    lines.append("            for _k in range(_a, _m):")
+    lines.append(f"                _r, _tp = _ck_run({xargs.format(t='t0 + _k')})")
+    lines.append(f"                {step_back}")
+    lines.append("            _nfw += _m - _a")
+    _pack_src(lines, ck, xs, "_zm", "            ")
+    lines.append("            _snap[_slot + 1, :] = _zm")
+    lines.append("            _sa[_sp] = _a")
+    lines.append("            _sb[_sp] = _m")
+    lines.append("            _ss[_sp] = _slot")
+    lines.append("            _sc[_sp] = _c")
+    lines.append("            _sa[_sp + 1] = _m")
+    lines.append("            _sb[_sp + 1] = _b")
+    lines.append("            _ss[_sp + 1] = _slot + 1")
+    lines.append("            _sc[_sp + 1] = _c - 1")
+    lines.append("            _sp += 2")
+    lines.append(f"    return {_tuple(ds + gs + ['_nfw'])}")
+    src = _SCHEDULE + "\n\n" + "\n".join(lines) + "\n"
+    glob = {"np": np, "_ck_run": run, "_ck_rec": rec, "_ck_adj": adj}
+    name = f"<zyg checkpointed loop {stem}>"
+    exec(compile(src, name, "exec"), glob)
+    fwd, bwd = glob["_ck_fwd"], glob["_ck_bwd"]
+    if target != "python":
+        import numba
+        for h in ("_ck_beta", "_ck_split"):
+            glob[h] = numba.njit(glob[h])
+        fwd, bwd = numba.njit(fwd), numba.njit(bwd)
+    out = _Compiled(fwd, bwd, diff_free, kinds)
+    out.source = src
+    return out
+
+
+class LoopRunner:
+    """The run-time side of one checkpointed loop: its step function, compiled per kinds."""
+    _zyg_runner = True
+
+    def __init__(self, step: Any, n: int, names: List[str], loc):
+        self.step = step
+        self.n = n
+        self.names = names
+        self.loc = loc
+        self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
+        self.__name__ = f"checkpointed_loop_{getattr(step, '__name__', 'step')}"
+        self.last_forward_steps = 0     # steps run by the last backward pass (a measurement)
+
+    def _norm(self, vals) -> list:
+        # integer carried values are carried as floats (acc = 0 ... acc += x)
+        return [float(v) if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                else v for v in vals]
+
+    def compiled(self, target: str, vals) -> _Compiled:
+        kinds = _kinds_of(vals)
+        key = (tuple(kinds), target)
+        c = self.cache.get(key)
+        if c is None:
+            check_kinds(kinds[:self.n], kinds[self.n:], self.names, self.loc)
+            c = self.cache[key] = build(self.step, self.n, kinds, target)
+        return c
+
+    def forward(self, target: str, T, t0, s, *vals):
+        vals = self._norm(vals[:self.n]) + list(vals[self.n:])
+        c = self.compiled(target, vals)
+        return c.fwd(int(T), int(t0), *vals)
+
+    def vjp(self, target: str, args, dz) -> list:
+        T, t0, s = int(args[0]), int(args[1]), int(args[2])
+        vals = self._norm(args[3:3 + self.n]) + list(args[3 + self.n:])
+        if s < 1:
+            raise ValueError(f"checkpointed_range: snapshots must be at least 1 (got {s})")
+        c = self.compiled(target, vals)
+        if T <= 0:
+            out = [None, None, None] + [np.zeros_like(v) if isinstance(v, np.ndarray) else 0.0
+                                        for v in vals]
+            dvals = self._unpack(np.asarray(dz, np.float64), vals[:self.n])
+            for i in range(self.n):
+                out[3 + i] = dvals[i]
+            return out
+        res = c.bwd(T, t0, s, *vals, np.asarray(dz, np.float64))
+        self.last_forward_steps = int(res[-1])
+        out: List[Any] = [None, None, None] + list(res[:self.n]) + [None] * (len(vals) - self.n)
+        for k, j in enumerate(c.diff_free):
+            out[3 + self.n + j] = res[self.n + k]
+        return out
+
+    @staticmethod
+    def _unpack(z, likes) -> list:
+        out, o = [], 0
+        for v in likes:
+            if isinstance(v, np.ndarray):
+                out.append(z[o:o + v.size].astype(v.dtype).reshape(v.shape))
+                o += v.size
+            else:
+                out.append(float(z[o]))
+                o += 1
+        return out
+
+    def __call__(self, T, t0, s, *vals):
+        """Plain Python semantics (kind inference and the python target's fallback)."""
+        return self.forward("python", T, t0, s, *vals)
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+class PartRunner:
+    """Carried value ``k`` read out of the packed final state (a copy, shaped like the value
+    before the loop; integers come back as floats)."""
+    _zyg_runner = True
+
+    def __init__(self, k: int):
+        self.k = k
+        self.__name__ = f"checkpointed_part{k}"
+
+    def _range(self, likes) -> Tuple[int, int]:
+        o = 0
+        for v in likes[:self.k]:
+            o += v.size if isinstance(v, np.ndarray) else 1
+        v = likes[self.k]
+        return o, o + (v.size if isinstance(v, np.ndarray) else 1)
+
+    def forward(self, target: str, z, *likes):
+        a, b = self._range(likes)
+        v = likes[self.k]
+        if isinstance(v, np.ndarray):
+            return z[a:b].astype(v.dtype).reshape(v.shape)
+        return float(z[a])
+
+    def vjp(self, target: str, args, dy) -> list:
+        z, likes = args[0], args[1:]
+        a, b = self._range(likes)
+        dz = np.zeros(z.shape[0])
+        dz[a:b] = np.ravel(dy)
+        return [dz] + [np.zeros_like(v) if isinstance(v, np.ndarray) else 0.0 for v in likes]
+
+    def __call__(self, z, *likes):
+        return self.forward("python", z, *likes)
+
+    def __repr__(self) -> str:
+        return self.__name__
