@@ -1452,8 +1452,8 @@ class _BodyScan:
                     self.target(st.target, defined)
             elif isinstance(st, gast.If):
                 self.read(st.test, defined)
-                a = self.block(st.body, set(defined))
-                b = self.block(st.orelse, set(defined))
+                a = self.block(st.body, set(defined), top)
+                b = self.block(st.orelse, set(defined), top)
                 defined |= a & b
             elif isinstance(st, gast.For):
                 self.read(st.iter, defined)
