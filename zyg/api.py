@@ -33,6 +33,9 @@ def _invalidate_caches() -> None:
     _IR_CACHE.clear()
     for s in list(_LIVE):
         s.cache.clear()
+    _GRAD_SOURCES.clear()
+    from .rules import gradcall
+    gradcall.clear_caches()
 
 
 def reset_caches() -> None:
@@ -713,9 +716,14 @@ def _grad_source(f: Callable, args: Sequence[Any], argnum: int) -> Callable:
     """A plain Python function (generated source on disk) computing the gradient of ``f``
     w.r.t. argument ``argnum`` at arguments of these kinds: the recording primal, then
     the adjoint.  zyg can transform it again (forward over reverse)."""
+    return _grad_source_of_kinds(f, _kinds(args, ssa_of(f).name), argnum)
+
+
+def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Callable:
+    """:func:`_grad_source` for arguments of these kinds."""
     from .ssa.emit import var_name
     ir = ssa_of(f)
-    kinds = _kinds(args, ir.name)
+    kinds = list(kinds)
     key = (unwrap(f), tuple(kinds), argnum)
     fn = _GRAD_SOURCES.get(key)
     if fn is not None:

@@ -254,6 +254,8 @@ class ArrayMixin:
         if isinstance(fn, Hooked):
             hook_fn = self.ns.ref(fn.fn)
             rule = arules.ARule(lambda c, i: f"{hook_fn}({c.dy})")
+        elif hasattr(fn, "array_rule"):
+            rule = fn.array_rule(self, st, active_ops)      # zyg.grad inside (rules/gradcall.py)
         else:
             rule = (self.recursive_arule(st, active_ops) if isinstance(fn, (Recursive, Checkpointed))
                     else arules.rule_for(fn))
@@ -581,6 +583,8 @@ class ArrayMixin:
         elif isinstance(fn, Hooked):
             # the identity, on a copy: the result is a new array for the alias analysis
             code.add(ind, f"{lhs}{args[0]}.copy()" if self.is_arr(e.args[0]) else f"{lhs}{args[0]}", st.loc)
+        elif hasattr(fn, "primal_src"):
+            code.add(ind, f"{lhs}{fn.primal_src(self, st, args)}", st.loc)   # rules/gradcall.py
         elif isinstance(fn, (Recursive, Checkpointed)):
             from .recursion import call_helper
             h = self.ns.ref(call_helper(fn.fn, [self.kind(a) for a in e.args], self.kind(st.var),

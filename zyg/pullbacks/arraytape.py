@@ -50,14 +50,24 @@ def reduce_like(e, t):
     if out.ndim == 0:
         out += np.sum(e)
         return out
+    # each element of e adds into the element of out it broadcasts from (written with
+    # scalar index arithmetic, which numba types for any pair of dimensions)
     lead = e.ndim - out.ndim
-    src = e.reshape((-1,) + e.shape[lead:]) if lead else e.reshape((1,) + e.shape)
-    for row in range(src.shape[0]):
-        part = src[row]
-        for ax in range(out.ndim):
-            if out.shape[ax] == 1 and part.shape[ax] != 1:
-                part = part.sum(axis=ax, keepdims=True)
-        out += part
+    flat_e = np.ascontiguousarray(e).reshape(-1)
+    flat_out = out.reshape(-1)
+    for k in range(flat_e.size):
+        rem = k
+        off = 0
+        stride = 1
+        for ax in range(e.ndim - 1, -1, -1):
+            i = rem % e.shape[ax]
+            rem //= e.shape[ax]
+            if ax >= lead:
+                n = out.shape[ax - lead]
+                if n != 1:
+                    off += i * stride
+                stride *= n
+        flat_out[off] += flat_e[k]
     return out
 
 

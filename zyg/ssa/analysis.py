@@ -167,12 +167,14 @@ _NOCONST = object()
 def _structural_kind(fn: Any, kinds, consts) -> Any:
     """Kinds that samples cannot find reliably (indices out of the sample's range,
     reshapes to sizes the sample does not have)."""
-    from .prims import Attr, GetItem, SetItem
+    from .prims import Attr, GetItem, Prim, SetItem
     if isinstance(fn, SetItem):
         return "none"
-    own = getattr(fn, "_zyg_kind", None)
+    own = getattr(fn, "_zyg_kind", None)        # checkpointed loops (rules/higher.py)
     if own is not None:
         return own(kinds)
+    if isinstance(fn, Prim) and hasattr(fn, "result_kind_of"):
+        return fn.result_kind_of(kinds)          # zyg.grad inside (rules/gradcall.py)
     if isinstance(fn, GetItem) and kinds:
         base = kinds[0]
         if is_array(base):

@@ -1147,6 +1147,11 @@ class Lowerer:
         from ..rules.higher import checkpoint, hook
         if fn is hook or fn is checkpoint:
             return self.function_call_prim(fn, node, hint)
+        from ..rules.gradcall import lower_grad_call, transform_of
+        found = transform_of(self, fn, node)
+        if found is not None:
+            # zyg.grad(g)(args) / dg(args): the primitive GradOf (rules/gradcall.py)
+            return lower_grad_call(self, found, node, hint)
         if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
             return self.inline(fn, node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "_replace":

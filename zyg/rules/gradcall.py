@@ -1,0 +1,306 @@
+"""``zyg.grad`` called inside a differentiated function (a gradient penalty).
+
+In ``loss(w, x) = g(w, x) + lam * sum(grad(g)(w, x) ** 2)`` the call of the gradient
+transform is lowered to the primitive ``GradOf(g, a)`` (``zyg/ssa/lower.py`` calls
+:func:`lower_grad_call`), whose operands are the call's arguments and whose value is
+``y = d g / d x_a`` (of the kind of ``x_a``).  Its derivatives are second derivatives
+of ``g``, computed by forward mode over reverse mode, as ``zyg.hvp`` does:
+
+* forward (the primal): ``g``'s recording primal and adjoint, compiled for the target
+  and called from the generated code (:func:`grad_function`);
+* reverse: for the cotangent ``dy`` of ``y``, the cotangent of operand ``j`` is
+  ``sum_i dy_i d^2 g / (d x_a_i d x_j)``.  By the symmetry of second derivatives this
+  is the directional derivative of ``d g / d x_j`` in the direction ``dy`` placed on
+  argument ``a``: one forward-mode pass over the generated gradient source of ``g``
+  w.r.t. ``x_j`` (:func:`tangent_function` with ``b = j``, tangent on ``{a}``);
+* forward mode (``zyg.jvp`` of a function calling ``grad``): the tangent of ``y`` is
+  the forward mode of the gradient source w.r.t. ``x_a`` with the operands' tangents
+  (:func:`tangent_function` with ``b = a``).
+
+All these functions are generated source compiled for the target (numba on ``cpu``)
+and called directly from the generated code: no object mode, no Python in between.
+``g`` is differentiated on its own (not inlined), so it must be a function zyg can
+differentiate twice (``zyg.hessian`` of it works); its arguments are floats, ints,
+bools and float64 arrays.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import TypeMismatch
+from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
+from ..ssa.prims import Prim
+
+
+class GradOf(Prim):
+    """The primitive ``zyg.grad(fn, argnums=argnum)`` applied to ``fn``'s arguments."""
+
+    def __init__(self, fn: Any, argnum: int):
+        self.fn = fn
+        self.argnum = argnum
+        self.name = f"zyg.grad({getattr(fn, '__name__', 'f')}, argnums={argnum})"
+
+    def _key(self):
+        return (id(self.fn), self.argnum)
+
+    def __call__(self, *args):
+        from ..api import grad
+        return grad(self.fn, argnums=self.argnum, target="python")(*args)
+
+    def result_kind_of(self, kinds: Sequence[str]) -> Optional[str]:
+        """The gradient has the kind of the argument it is taken w.r.t."""
+        return kinds[self.argnum] if self.argnum < len(kinds) else None
+
+    # -- emission (the reverse emitter in pullbacks/arrays.py, the forward one) ---------
+    def check(self, em, st) -> List[str]:
+        """The operands' kinds, checked: float and float64-array arguments are
+        differentiated, int and bool ones passed along."""
+        kinds = [em.kind(a) for a in st.expr.args]
+        name = getattr(self.fn, "__name__", "f")
+        for i, k in enumerate(kinds):
+            if is_tuple(k) or k not in ("float", "int", "bool") and \
+                    not (is_array(k) and array_dtype(k) in ("float64", "int64", "int32", "bool")):
+                raise _err(st, f"zyg.grad({name}) inside a differentiated function: argument {i} "
+                               f"is a {k}; floats, ints, bools and float64 arrays are supported")
+        k = kinds[self.argnum]
+        if not differentiable(k):
+            raise _err(st, f"zyg.grad({name}) inside a differentiated function is taken w.r.t. "
+                           f"argument {self.argnum}, a {k}: its gradient is None",
+                       "take the gradient w.r.t. a float or float array argument")
+        return kinds
+
+    def primal_src(self, em, st, args: List[str]) -> str:
+        """``y = grad_a g(*args)`` in the generated code."""
+        kinds = self.check(em, st)
+        h = em.ns.ref(grad_function(self.fn, kinds, self.argnum, em.p.target),
+                      f"zyg_grad_{_ident(self.fn)}_d{self.argnum}")
+        return f"{h}({', '.join(args)})"
+
+    def array_rule(self, em, st, active_ops: List[int]):
+        """The reverse rule: the cotangent of operand ``j`` is a Hessian-vector product."""
+        from . import arrays as arules
+        kinds = self.check(em, st)
+        a = self.argnum
+        names: Dict[int, str] = {}
+        for j in active_ops:
+            fn = tangent_function(self.fn, kinds, j, (a,), em.p.target)
+            names[j] = em.ns.ref(fn, f"zyg_hvp_{_ident(self.fn)}_{a}_{j}")
+        return arules.ARule(lambda c, i: f"{names[i]}({', '.join(list(c.x) + [c.dy])})")
+
+    def tangent_src(self, em, st, args: List[str]) -> str:
+        """Forward mode: the tangent of ``y`` from the active operands' tangents."""
+        kinds = self.check(em, st)
+        act = tuple(i for i, x in enumerate(st.expr.args) if em.active(x))
+        fn = tangent_function(self.fn, kinds, self.argnum, act, em.p.target)
+        h = em.ns.ref(fn, f"zyg_jvp_{_ident(self.fn)}_{self.argnum}")
+        return f"{h}({', '.join(list(args) + [em.t(st.expr.args[i]) for i in act])})"
+
+
+def _err(st, msg: str, hint: Optional[str] = None) -> TypeMismatch:
+    loc = st.loc
+    return TypeMismatch(msg, loc.filename if loc else None, loc.lineno if loc else None,
+                        loc.col if loc else None, hint)
+
+
+def _ident(fn: Any) -> str:
+    from ..ssa.emit import _ident as ident
+    return ident(getattr(fn, "__name__", "f").replace("<lambda>", "lambda"))
+
+
+def _uncacheable(fn: Any) -> Any:
+    """Code calling these functions is not put in numba's disk cache: a later process
+    would not see a change of ``g`` (numba does not track the functions a cached
+    function calls)."""
+    if hasattr(fn, "py_func"):
+        fn._zyg_uncacheable = True
+    return fn
+
+
+_GRADS: Dict[Any, Callable] = {}
+
+
+def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable:
+    """``h(*args) -> d g / d args[a]`` compiled for ``target`` (recording primal, then
+    adjoint, in one generated function)."""
+    from ..api import _grad_source_of_kinds, ssa_of
+    from ..compile import load, wrapper_for
+    from ..pullbacks.transform import emit_split, plan
+    from ..ssa.emit import var_name
+    key = (g, tuple(kinds), a, target)
+    fn = _GRADS.get(key)
+    if fn is not None:
+        return fn
+    if target == "python":
+        fn = _grad_source_of_kinds(g, kinds, a)
+    else:
+        _grad_source_of_kinds(g, kinds, a)      # the same checks, and the source reused below
+        ir = ssa_of(g)
+        p = plan(ir, list(kinds), [a], target)
+        stem = f"{_ident(g)}_gd{a}"
+        code, ns, _, _ = emit_split(p, stem, wrapper_for(target))
+        params = [var_name(q) for q in p.fn.params]
+        code.add(0, "")
+        code.add(0, f"def {stem}({', '.join(params)}):")
+        code.add(1, f'"""Gradient of {ir.name} w.r.t. argument {a} (zyg.grad inside a '
+                    'differentiated function)."""')
+        code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
+        code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
+        code.add(1, "return _g[0]")
+        (_, _, fn), _, _ = load(code, ns.ns, [stem + "_primal", stem + "_adjoint", stem],
+                                target, stem)
+    fn = _GRADS[key] = _uncacheable(fn)
+    return fn
+
+
+_TANGENTS: Dict[Any, Callable] = {}
+
+
+def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
+                     target: str) -> Callable:
+    """``h(*args, *tangents) -> `` the derivative of ``d g / d args[b]`` in the direction
+    of ``tangents`` (one per argument in ``on``): forward mode over the generated
+    gradient source, compiled for ``target``."""
+    from ..api import _grad_source_of_kinds, ssa_of
+    from ..compile import load, wrapper_for
+    from ..pullbacks.forward import Forward, check_forward_kinds
+    from ..pullbacks.transform import plan
+    from ..ssa.emit import var_name
+    key = (g, tuple(kinds), b, on, target)
+    fn = _TANGENTS.get(key)
+    if fn is not None:
+        return fn
+    inner = _grad_source_of_kinds(g, kinds, b)
+    ir = ssa_of(inner)
+    p = plan(ir, list(kinds), list(on), target)
+    check_forward_kinds(p)
+    fwd = Forward(p, wrapper_for(target))
+    on_s = "".join(str(i) for i in on)
+    stem = f"{_ident(g)}_gd{b}_t{on_s}"
+    code = fwd.emit(stem + "_jvp")
+    params = [var_name(q) for q in p.fn.params]
+    tans = [f"_t{i}" for i in on]
+    passed = [f"_t{i}" for i in on if fwd.active(p.fn.params[i])]
+    code.add(0, "")
+    code.add(0, f"def {stem}({', '.join(params + tans)}):")
+    code.add(1, f'"""d/de of d {getattr(g, "__name__", "g")} / d argument {b} at the arguments '
+                f'plus e times the tangents of arguments {list(on)}."""')
+    code.add(1, f"return {stem}_jvp({', '.join(params + passed)})[1]")
+    (_, fn), _, _ = load(code, fwd.ns.ns, [stem + "_jvp", stem], target, stem)
+    fn = _TANGENTS[key] = _uncacheable(fn)
+    return fn
+
+
+def clear_caches() -> None:
+    """Forget the compiled functions (a rule was registered: ``g``'s derivatives change)."""
+    _GRADS.clear()
+    _TANGENTS.clear()
+
+
+# -- lowering ---------------------------------------------------------------------------
+
+def transform_of(lw, fn: Any, node) -> Optional[Tuple[str, Any, Any]]:
+    """Is the call ``node`` (callee value ``fn``) a call of a zyg transform?  Returns
+    ``(form, transform_or_maker, inner_call)`` or None."""
+    import gast
+    from .. import api
+    makers = (api.grad, api.value_and_grad)
+    if fn is not None and not isinstance(fn, type) and hasattr(fn, "_zyg"):
+        return ("global", fn, None)
+    if isinstance(node.func, gast.Call):
+        maker = lw.static_value(node.func.func)
+        if any(maker is m for m in makers):
+            return ("inline", maker, node.func)
+    if fn is not None and any(fn is m for m in makers):
+        return ("bare", fn, None)
+    return None
+
+
+def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
+    """Lower ``G(*args)`` for a zyg transform ``G`` (a module-level ``dg = zyg.grad(g)``
+    or ``zyg.grad(g, argnums=k)`` written in place) to ``GradOf(g, k)``."""
+    import gast
+    from .. import api
+    from ..ssa.lower import Closure, unwrap
+    form, obj, inner = found
+    usage = ("zyg.grad inside a differentiated function: call it on the arguments, "
+             "zyg.grad(g)(x, ...) or dg(x, ...) with dg = zyg.grad(g) at module level")
+    if form == "bare":
+        raise lw.unsupported(node, f"zyg.{obj.__name__}(...) makes a function; inside a "
+                                   "differentiated function it must be called at once", usage)
+    if form == "global":
+        spec = obj._zyg
+        what = getattr(obj, "__name__", "this transform")
+        if spec.mode != "grad":
+            raise lw.unsupported(node, f"{what} is a zyg.{spec.mode} transform; inside a "
+                                       "differentiated function only zyg.grad is supported",
+                                 "call zyg.grad(g) and g separately")
+        argnums = spec.argnums
+        g = spec.f
+        where = node
+    else:
+        if obj is not api.grad:
+            raise lw.unsupported(inner, "zyg.value_and_grad inside a differentiated function is "
+                                        "not supported; only zyg.grad is",
+                                 "call zyg.grad(g) and g separately")
+        if not inner.args or len(inner.args) > 2 or \
+                any(isinstance(x, gast.Starred) for x in inner.args):
+            raise lw.unsupported(inner, "zyg.grad(g) or zyg.grad(g, argnums) takes the function "
+                                        "and at most the argnums, by position")
+        g = lw.function_value(inner.args[0])
+        if isinstance(inner.args[0], gast.Call) and transform_of(lw, None, inner.args[0]) is None:
+            maker = lw.static_value(inner.args[0].func)
+            if any(maker is m for m in (api.grad, api.value_and_grad)):
+                g = maker     # zyg.grad(zyg.grad(h)): a transform of a transform
+        argnode = inner.args[1] if len(inner.args) == 2 else None
+        for k in inner.keywords:
+            if k.arg == "argnums" and argnode is None:
+                argnode = k.value
+            elif k.arg != "target":
+                raise lw.unsupported(inner, f"zyg.grad(g, {k.arg}=...) is not supported inside a "
+                                            "differentiated function")
+        argnums = 0 if argnode is None else _static_int(lw, argnode)
+        where = inner
+    if g is None or isinstance(g, Closure):
+        raise lw.unsupported(where, "zyg.grad inside a differentiated function: the function must "
+                                    "be defined outside the differentiated function",
+                             "define g at module level (it is differentiated on its own)")
+    if hasattr(g, "_zyg") or any(g is m for m in (api.grad, api.value_and_grad)):
+        raise lw.unsupported(where, "zyg.grad of a zyg transform inside a differentiated function "
+                                    "(a third derivative) is not supported",
+                             "differentiate a function that calls zyg.grad once")
+    if not isinstance(argnums, (int, np.integer)) or isinstance(argnums, bool):
+        raise lw.unsupported(where, f"zyg.grad with argnums={argnums!r} inside a differentiated "
+                                    "function: one int argnum is supported (one gradient)",
+                             "call zyg.grad once per argument")
+    if node.keywords or any(isinstance(x, gast.Starred) for x in node.args):
+        raise lw.unsupported(node, "a gradient inside a differentiated function takes "
+                                   "positional arguments only")
+    py = unwrap(g)
+    code = getattr(py, "__code__", None)
+    n = len(node.args)
+    if code is not None and code.co_argcount != n:
+        raise lw.unsupported(node, f"{py.__name__}() takes {code.co_argcount} arguments, and its "
+                                   f"gradient is called with {n}")
+    if not -n <= int(argnums) < n:
+        raise lw.unsupported(where, f"argnums {int(argnums)} out of range for {n} arguments")
+    args = [lw.expr(x) for x in node.args]
+    return lw.emit(GradOf(py, int(argnums) % n), args, node, hint)
+
+
+def _static_int(lw, node) -> Any:
+    """A compile-time argnums: a literal, a negated literal, a tuple, or a global name."""
+    import gast
+    if isinstance(node, gast.Constant):
+        return node.value
+    if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub) and \
+            isinstance(node.operand, gast.Constant) and isinstance(node.operand.value, int):
+        return -node.operand.value
+    if isinstance(node, (gast.Tuple, gast.List)):
+        return tuple(_static_int(lw, e) for e in node.elts)
+    v = lw.static_value(node) if isinstance(node, (gast.Name, gast.Attribute)) else None
+    if v is None:
+        raise lw.unsupported(node, "argnums of zyg.grad inside a differentiated function must be a "
+                                   "constant")
+    return v
