@@ -638,7 +638,7 @@ class ArrayMixin:
             code.add(ind, f"_isp += {nd}")
         else:
             s = KIND_STACK.get(kind, "f")
-            code.add(ind, f"_{s}s[_{s}sp] = {value}")
+            code.add(ind, f"_{s}s[{self.tix(s)}] = {value}")
             code.add(ind, f"_{s}sp += 1")
 
     def pop_now(self, local_name: str, kind: str, ind: int, code: Code) -> None:
@@ -661,7 +661,7 @@ class ArrayMixin:
         else:
             s = KIND_STACK.get(kind, "f")
             code.add(ind, f"_{s}sp -= 1")
-            code.add(ind, f"{local_name} = _{s}s[_{s}sp]")
+            code.add(ind, f"{local_name} = _{s}s[{self.tix(s)}]")
 
     def array_block_demand(self, blk) -> Dict[str, int]:
         need: Dict[str, int] = {}
