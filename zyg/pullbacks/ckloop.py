@@ -253,6 +253,50 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     return out
 
 
+def build_tangent(step: Any, n: int, kinds: List[str], target: str):
+    """``_ck_tan(T, t0, *carried, *read, *their tangents)``: the packed tangent of the
+    carried values after ``T`` steps of the step's forward mode."""
+    from ..api import ssa_of, _ident
+    from ..compile import load, wrapper_for
+    from .forward import Forward
+    from .transform import plan
+    ir = ssa_of(step)
+    skinds = ["int"] + list(kinds)
+    stem = _ident(ir.name) + "_tan"
+    p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], target)
+    fwd = Forward(p, wrapper_for(target))
+    code = fwd.emit(stem)
+    (jf,), _, _ = load(code, fwd.ns.ns, [stem], target, stem)
+    m = len(kinds) - n
+    cn = [f"c{i}" for i in range(n)]
+    fn_ = [f"f{j}" for j in range(m)]
+    tcn = [f"tc{i}" for i in range(n)]
+    tfn = [f"tf{j}" for j in range(m)]
+    names = ["t"] + cn + fn_
+    tnames = [None] + tcn + tfn
+    act = [tnames[i] for i, q in enumerate(p.fn.params) if fwd.active(q)]
+    lines = [f"def _ck_tan(T, t0, {', '.join(cn + fn_ + tcn + tfn)}):"]
+    for k, c, tc in zip(kinds[:n], cn, tcn):
+        if is_array(k):
+            lines.append(f"    {c} = {c}.copy()")
+            lines.append(f"    {tc} = {tc}.copy()")
+    lines.append("    for _k in range(T):")
+    call = ", ".join(["t0 + _k"] + cn + fn_ + act)
+    lines.append(f"        _r, _tr = _ck_jvp({call})")
+    lines.append(f"        {', '.join(cn)}{',' if n == 1 else ''} = {'(_r,)' if n == 1 else '_r'}")
+    lines.append(f"        {', '.join(tcn)}{',' if n == 1 else ''} = {'(_tr,)' if n == 1 else '_tr'}")
+    _pack_src(lines, kinds[:n], tcn, "_z", "    ")
+    lines.append("    return _z")
+    src = "\n".join(lines) + "\n"
+    glob = {"np": np, "_ck_jvp": jf}
+    exec(compile(src, f"<zyg checkpointed loop {stem}>", "exec"), glob)
+    f = glob["_ck_tan"]
+    if target != "python":
+        import numba
+        f = numba.njit(f)
+    return f
+
+
 class LoopRunner:
     """The run-time side of one checkpointed loop: its step function, compiled per kinds."""
     _zyg_runner = True
@@ -263,6 +307,8 @@ class LoopRunner:
         self.names = names
         self.loc = loc
         self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
+        self.tangents: Dict[Tuple[Tuple[str, ...], str], Any] = {}
+        self.helpers: Dict[Any, Any] = {}       # compiled calls from forward-mode code
         self.__name__ = f"checkpointed_loop_{getattr(step, '__name__', 'step')}"
         self.last_forward_steps = 0     # steps run by the last backward pass (a measurement)
 
@@ -304,6 +350,22 @@ class LoopRunner:
         for k, j in enumerate(c.diff_free):
             out[3 + self.n + j] = res[self.n + k]
         return out
+
+    def tangent(self, target: str, *ops_and_tangents):
+        """Forward mode: the packed tangent of the final carried values (``T`` steps of the
+        step's jvp; forward mode needs no tape, so nothing is checkpointed)."""
+        k = len(ops_and_tangents) // 2
+        ops, tans = ops_and_tangents[:k], ops_and_tangents[k:]
+        T, t0 = int(ops[0]), int(ops[1])
+        vals = self._norm(ops[3:3 + self.n]) + list(ops[3 + self.n:])
+        tv = [float(x) if not isinstance(x, np.ndarray) else x for x in tans[3:]]
+        kinds = _kinds_of(vals)
+        key = (tuple(kinds), target)
+        f = self.tangents.get(key)
+        if f is None:
+            check_kinds(kinds[:self.n], kinds[self.n:], self.names, self.loc)
+            f = self.tangents[key] = build_tangent(self.step, self.n, kinds, target)
+        return f(max(T, 0), t0, *vals, *tv)
 
     @staticmethod
     def _unpack(z, likes) -> list:

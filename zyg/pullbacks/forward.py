@@ -104,10 +104,11 @@ class Forward:
         from ..ssa.prims import Recursive
         if isinstance(fn, Hooked):
             return f"{args[0]}.copy()" if is_array(self.kind(e.args[0])) else args[0]
+        if hasattr(fn, "tangent_src"):
+            # zyg.grad inside (rules/gradcall.py), checkpointed loops (rules/higher.py)
+            return fn.primal_src(self, st, args)
         if isinstance(fn, (Checkpointed, Recursive)):
             raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
-        if hasattr(fn, "tangent_src"):
-            return fn.primal_src(self, st, args)        # zyg.grad inside (rules/gradcall.py)
         if isinstance(fn, GetItem):
             return f"{args[0]}[{index_src(fn.spec, args[1:])}]"
         if isinstance(fn, Attr):
@@ -198,10 +199,11 @@ class Forward:
         from ..ssa.prims import Recursive
         if isinstance(fn, Hooked):
             return self.tz(ops[0])          # hook is the identity in forward mode
+        if hasattr(fn, "tangent_src"):
+            # zyg.grad inside (rules/gradcall.py), checkpointed loops (rules/higher.py)
+            return fn.tangent_src(self, st, args)
         if isinstance(fn, (Checkpointed, Recursive)):
             raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
-        if hasattr(fn, "tangent_src"):
-            return fn.tangent_src(self, st, args)       # zyg.grad inside (rules/gradcall.py)
         if isinstance(fn, (GetItem, Attr)):
             if isinstance(fn, Attr) and fn.attr not in ("T", "real", "imag"):
                 raise self.err(st, f"'.{fn.attr}' has no tangent")

@@ -116,6 +116,24 @@ class CkLoop(Checkpointed):
         super().__init__(runner)
         self.__name__ = self.__qualname__ = "checkpointed_range loop"
 
+    def primal_src(self, em, st, args) -> str:
+        return _runner_call(em, st, args, self.fn)
+
+    def tangent_src(self, em, st, args) -> str:
+        """Forward mode: the step's jvp run T times (no checkpointing is needed)."""
+        from ..pullbacks.ckloop import PACKED_KIND
+        from ..pullbacks.recursion import _python_call
+        kinds = [em.kind(a) for a in st.expr.args]
+        key = ("tangent", tuple(kinds), em.p.target)
+        h = self.fn.helpers.get(key)
+        if h is None:
+            n = len(kinds)
+            params = [f"a{i}" for i in range(2 * n)]
+            h = self.fn.helpers[key] = _python_call(
+                "ckpt_tangent", params, f"_zyg_r.tangent({em.p.target!r}, {', '.join(params)})",
+                PACKED_KIND, {"_zyg_r": self.fn}, em.p.target)
+        return f"{em.ns.ref(h)}({', '.join(args + [em.tz(a) for a in st.expr.args])})"
+
     def _zyg_kind(self, kinds):
         from ..pullbacks.ckloop import PACKED_KIND, check_kinds
         r = self.fn
@@ -131,6 +149,21 @@ class CkPart(Checkpointed):
         super().__init__(runner)
         self.__name__ = self.__qualname__ = f"checkpointed_range value {runner.k}"
 
+    def primal_src(self, em, st, args) -> str:
+        return _runner_call(em, st, args, self.fn)
+
+    def tangent_src(self, em, st, args) -> str:
+        """Linear in the packed vector: the same read-out of its tangent."""
+        return _runner_call(em, st, [em.tz(st.expr.args[0])] + args[1:], self.fn)
+
     def _zyg_kind(self, kinds):
         from ..pullbacks.ckloop import part_kind
         return part_kind(kinds[1 + self.fn.k])
+
+
+def _runner_call(em, st, args, runner) -> str:
+    """A call of a checkpointed loop's run-time part from forward-mode code."""
+    from ..pullbacks.recursion import call_helper
+    h = call_helper(runner, [em.kind(a) for a in st.expr.args], em.kind(st.var), em.p.target,
+                    record=False)
+    return f"{em.ns.ref(h)}({', '.join(args)})"
