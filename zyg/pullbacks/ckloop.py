@@ -250,6 +250,7 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
         fwd, bwd = numba.njit(fwd), numba.njit(bwd)
     out = _Compiled(fwd, bwd, diff_free, kinds)
     out.source = src
+    out.rec = rec
     return out
 
 
@@ -350,6 +351,18 @@ class LoopRunner:
         for k, j in enumerate(c.diff_free):
             out[3 + self.n + j] = res[self.n + k]
         return out
+
+    def step_tape_bytes(self, target: str, T, t0, s, *vals) -> int:
+        """The size of one step's tape (what the backward pass records at a time), measured
+        by running the recorded step once from the loop's initial state."""
+        vals = self._norm(vals[:self.n]) + list(vals[self.n:])
+        c = self.compiled(target, vals)
+        args = [v.copy() if isinstance(v, np.ndarray) else v for v in vals]
+        _, tape = c.rec(int(t0), *args)
+        # the tape's own buffers: not the step's arguments, which it only refers to
+        own = [x for x in tape if isinstance(x, np.ndarray)
+               and not any(isinstance(v, np.ndarray) and np.shares_memory(x, v) for v in args)]
+        return int(sum(x.nbytes for x in own))
 
     def tangent(self, target: str, *ops_and_tangents):
         """Forward mode: the packed tangent of the final carried values (``T`` steps of the
