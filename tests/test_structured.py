@@ -569,7 +569,8 @@ def loop_programs(draw):
         up = draw(st.sampled_from(_UPDATES[:3] * 3 + _UPDATES[3:]))
         lines.append("            " + up.format(s=f"s{k}", e=e))
     for k in range(nacc):
-        lines.append(f"        tot += {draw(st.sampled_from(['s{k}', 'math.sin(s{k})', 's{k} * s{k}']))}".format(k=k))
+        out = draw(st.sampled_from(["s{k}", "math.sin(s{k})", "s{k} * s{k}"])).format(k=k)
+        lines.append(f"        tot += {out}")
     lines.append("    return tot")
     return "\n".join(lines) + "\n"
 
