@@ -164,9 +164,14 @@ def structured_loops(f, *args, argnums=0) -> int:
     zyg.show(f, *args, argnums=argnums, file=out)
     fused = out.getvalue().split("=== fused value-and-gradient")[1]
     fors = len(re.findall(r"^\s*for _k\d+ in range", fused, re.M))
-    whiles = len(re.findall(r"^\s*while _n\d+ > 0:", fused, re.M))
+    whiles = len(re.findall(r"^\s*while _n\d+ > 0:", fused, re.M)) + forward_loops(fused)
     assert fors >= whiles, fused
     return whiles
+
+
+def forward_loops(text: str) -> int:
+    """Reversed loops run in the forward order (``structured.ADJ_FORWARD``)."""
+    return len(re.findall(r"^\s*while _n(\d+) < _e\1:", text, re.M))
 
 
 @pytest.mark.parametrize("f,points,loops", SCALAR, ids=[c[0].__name__ for c in SCALAR])
@@ -403,3 +408,190 @@ def test_random_programs_structured_equals_dispatcher(src, args):
     for a, b in zip(g1, g2):
         assert a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-12 * max(1.0, abs(b)), \
             f"structured {g1} != dispatcher {g2} at {args} for\n{src}"
+
+
+# --- reversed loops with independent iterations run forwards (ADJ_FORWARD) --------------------
+
+def row_dots(a, w):
+    # inner loop: a sum accumulator and array reads only -> its reverse runs forwards
+    n, m = a.shape
+    tot = 0.0
+    for i in range(n):
+        s = 0.0
+        for j in range(m):
+            s += a[i, j] * w[j]
+        tot += s * s
+    return tot
+
+
+def row_dots_minus(a, w, x):
+    # ``s - e`` accumulator, a loop-invariant float read inside, triangular bound
+    n, m = a.shape
+    xv = x[0] * x[1]
+    tot = 0.0
+    for i in range(n):
+        s = xv
+        for j in range(i % m + 1):
+            s -= a[i, j] * w[j] + xv
+        tot += math.sin(s)
+    return tot
+
+
+def two_accumulators(a, w):
+    # two independent sums in one inner loop
+    n, m = a.shape
+    tot = 0.0
+    for i in range(n):
+        s = 0.0
+        q = 1.0
+        for j in range(m):
+            s = s + a[i, j] * w[j]
+            q = a[i, j] * a[i, j] + q
+        tot += s * q
+    return tot
+
+
+def product_loop(a, w):
+    # p = p * e: the cotangent of p changes every iteration -> stays backwards
+    n, m = a.shape
+    tot = 0.0
+    for i in range(n):
+        p = 1.0
+        for j in range(m):
+            p = p * (1.0 + 0.1 * a[i, j] * w[j])
+        tot += p
+    return tot
+
+
+def accumulator_read(a, w):
+    # the running sum is read in the body (s * a[i, j]) -> stays backwards
+    n, m = a.shape
+    tot = 0.0
+    for i in range(n):
+        s = 0.0
+        for j in range(m):
+            s = s + math.sin(s * a[i, j]) * w[j]
+        tot += s
+    return tot
+
+
+def reversed_sub(a, w):
+    # s = e - s: the cotangent flips sign every iteration -> stays backwards
+    n, m = a.shape
+    tot = 0.0
+    for i in range(n):
+        s = 0.5
+        for j in range(m):
+            s = a[i, j] * w[j] - s
+        tot += s * s
+    return tot
+
+
+def writes_in_loop(a, w):
+    # an array write in the inner loop -> stays backwards
+    n, m = a.shape
+    b = np.zeros(m)
+    tot = 0.0
+    for i in range(n):
+        for j in range(m):
+            b[j] = b[j] * 0.5 + a[i, j] * w[j]
+        tot += b[i % m] * b[i % m]
+    return tot
+
+
+FORWARD = [
+    (row_dots, lambda: (RNG.uniform(-1, 1, (4, 5)), RNG.uniform(-1, 1, 5)), (0, 1), 1),
+    (row_dots_minus, lambda: (RNG.uniform(-1, 1, (5, 3)), RNG.uniform(-1, 1, 3), RNG.uniform(0.5, 1, 2)),
+     (0, 1, 2), 1),
+    (two_accumulators, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 1),
+    (lower_triangle_quadratic, lambda: (RNG.uniform(-0.5, 0.5, (3, 4)), RNG.uniform(-1, 1, (3, 6)),
+                                        RNG.uniform(-1, 1, 4)), (0, 1, 2), 1),
+    (product_loop, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
+    (accumulator_read, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
+    (reversed_sub, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
+    (writes_in_loop, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
+]
+
+
+def _forward_count(f, args, argnums) -> int:
+    out = io.StringIO()
+    zyg.show(f, *args, argnums=argnums, file=out)
+    return forward_loops(out.getvalue().split("=== fused value-and-gradient")[1])
+
+
+@pytest.mark.parametrize("f,make,argnums,nfwd", FORWARD, ids=[c[0].__name__ for c in FORWARD])
+def test_adjoint_forward_order(f, make, argnums, nfwd, target, monkeypatch):
+    """Reversed loops whose iterations are independent (sum accumulators, array reads)
+    run forwards; the others stay backwards. Both agree with finite differences on both
+    targets and with ``ADJ_FORWARD = False`` to rounding."""
+    args = make()
+    assert _forward_count(f, args, argnums) == nfwd
+    check_arrays(f, list(args), argnums, target)
+    v1, g1 = zyg.value_and_grad(_copy(f), argnums=argnums, target=target)(*fresh(args))
+    monkeypatch.setattr(structured, "ADJ_FORWARD", False)
+    assert _forward_count(f, args, argnums) == 0
+    v2, g2 = zyg.value_and_grad(_copy(f), argnums=argnums, target=target)(*fresh(args))
+    assert v1 == v2
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+
+
+def test_adjoint_forward_pullback_replays(target):
+    """zyg.pullback of a loop reversed forwards: ``back`` can be called twice."""
+    a, w = RNG.uniform(-1, 1, (4, 5)), RNG.uniform(-1, 1, 5)
+    y, back = zyg.pullback(row_dots, a, w, target=target)
+    g1, g2 = back(1.0), back(2.0)
+    np.testing.assert_allclose(g1[0], fd_array(row_dots, [a, w], 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g2[1], 2.0 * g1[1], rtol=1e-14)
+
+
+from hypothesis import strategies as st  # noqa: E402
+
+_TERMS = ["a[i, j]", "w[j]", "c", "math.sin(a[i, j] * c)", "a[i, j] * w[j]", "math.exp(0.3 * w[j])"]
+# accumulator updates: the first three keep the loop's reverse order-free, the others not
+_UPDATES = ["{s} = {s} + {e}", "{s} += {e}", "{s} = {s} - {e}", "{s} = {e} - {s}",
+            "{s} = {s} * (1.0 + 0.1 * {e})", "{s} = {s} + math.sin({s}) * {e}"]
+
+
+@st.composite
+def loop_programs(draw):
+    """Random inner loops over array reads with 1-2 accumulators, each updated by a sum
+    (order-free reverse) or by an update that ties the iterations together."""
+    nacc = draw(st.integers(1, 2))
+    lines = ["import math", "", "", "def f(a, w, x):", "    n, m = a.shape", "    c = x[0] * x[1]",
+             "    tot = 0.0", "    for i in range(n):"]
+    bound = draw(st.sampled_from(["m", "i % m + 1", "m - 1"]))
+    for k in range(nacc):
+        lines.append(f"        s{k} = {draw(st.sampled_from(['0.0', 'c', 'a[i, 0]']))}")
+    lines.append(f"        for j in range({bound}):")
+    for k in range(nacc):
+        e = " * ".join(draw(st.lists(st.sampled_from(_TERMS), min_size=1, max_size=2)))
+        up = draw(st.sampled_from(_UPDATES[:3] * 3 + _UPDATES[3:]))
+        lines.append("            " + up.format(s=f"s{k}", e=e))
+    for k in range(nacc):
+        out = draw(st.sampled_from(["s{k}", "math.sin(s{k})", "s{k} * s{k}"])).format(k=k)
+        lines.append(f"        tot += {out}")
+    lines.append("    return tot")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(loop_programs(), st.integers(0, 2**31 - 1))
+def test_random_loops_forward_order_agrees(src, seed):
+    """Random inner loops: the gradient with ADJ_FORWARD on is the one with it off to
+    rounding, and it matches finite differences; python target."""
+    rng = np.random.default_rng(seed)
+    args = [rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, 4), rng.uniform(0.5, 1.0, 2)]
+    f = load(src)
+    structured.ADJ_FORWARD = True
+    try:
+        v1, g1 = zyg.value_and_grad(f, (0, 1, 2), target="python")(*fresh(args))
+        structured.ADJ_FORWARD = False
+        v2, g2 = zyg.value_and_grad(load(src), (0, 1, 2), target="python")(*fresh(args))
+    finally:
+        structured.ADJ_FORWARD = True
+    assert v1 == v2
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=src)
+    for i in range(3):
+        np.testing.assert_allclose(g1[i], fd_array(f, fresh(args), i), rtol=1e-5, atol=1e-7, err_msg=src)
