@@ -224,8 +224,33 @@ def loop_alloc_filled(u0, k, T):
     return np.sum(u)
 
 
+def row_int_index_written(m, x):
+    """A row taken with one integer index (e[1], not e[1, :]) shares the matrix's memory:
+    a write through it must reach the matrix's gradient (found by
+    tests/test_property_mutation.py: x was not even active)."""
+    e = m.copy()
+    r = e[1]
+    r[0] = x
+    r *= x
+    return np.sum(e * e)
+
+
+def row_int_index_in_loop(m, x):
+    """Rows e[i] of a matrix read by a pullback, then written through in a nested loop."""
+    e = m.copy()
+    s = 0.0
+    for i in range(3):
+        row = e[i]
+        s = s + np.sum(x * row)
+        for j in range(2):
+            row[j] = row[j] * x + 0.5
+    return s + np.sum(e * e)
+
+
 @pytest.mark.parametrize("f,args,argnums", [
     (read_then_overwritten, (2.0, 3.0), (0, 1)),
+    (row_int_index_written, (mat(3, 4), 0.7), (0, 1)),
+    (row_int_index_in_loop, (mat(3, 4), 0.7), (0, 1)),
     (loop_alloc_filled, (vec(5), 0.2, 3), (0, 1)),
     (write_elems, (vec(4), 0.7), (0, 1)),
     (write_2d, (mat(3, 3), 0.9), (0, 1)),
