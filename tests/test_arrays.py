@@ -224,8 +224,48 @@ def loop_alloc_filled(u0, k, T):
     return np.sum(u)
 
 
+def row_int_index_written(m, x):
+    """A row taken with one integer index (e[1], not e[1, :]) shares the matrix's memory:
+    a write through it must reach the matrix's gradient (found by
+    tests/test_property_mutation.py: x was not even active)."""
+    e = m.copy()
+    r = e[1]
+    r[0] = x
+    r *= x
+    return np.sum(e * e)
+
+
+def row_int_index_in_loop(m, x):
+    """Rows e[i] of a matrix read by a pullback, then written through in a nested loop."""
+    e = m.copy()
+    s = 0.0
+    for i in range(3):
+        row = e[i]
+        s = s + np.sum(x * row)
+        for j in range(2):
+            row[j] = row[j] * x + 0.5
+    return s + np.sum(e * e)
+
+
+def inactive_factor_in_branch_loop(m, x):
+    """k * tmp with tmp a written, inactive array: the backward code of k reads tmp only,
+    but finding k's value for it (a read of m) came after the tape was planned and
+    tripped an internal assertion (found by tests/test_property_mutation.py)."""
+    s = 0.0
+    if x > 0.3:
+        for i in range(2):
+            tmp = np.ones(4)
+            for j in range(4):
+                tmp[j] = tmp[j] * (0.5 + j)
+            s = s + np.sum(m[0, 1] * tmp) * x
+    return s
+
+
 @pytest.mark.parametrize("f,args,argnums", [
     (read_then_overwritten, (2.0, 3.0), (0, 1)),
+    (inactive_factor_in_branch_loop, (mat(3, 4), 0.7), (0, 1)),
+    (row_int_index_written, (mat(3, 4), 0.7), (0, 1)),
+    (row_int_index_in_loop, (mat(3, 4), 0.7), (0, 1)),
     (loop_alloc_filled, (vec(5), 0.2, 3), (0, 1)),
     (write_elems, (vec(4), 0.7), (0, 1)),
     (write_2d, (mat(3, 3), 0.9), (0, 1)),

@@ -271,6 +271,7 @@ class ArrayMixin:
         info["rule"] = rule
         info["targets"] = active_ops
         used = self.rule_needs(st, rule, active_ops)
+        info["used"] = used
         for u in used:
             if u == "y":
                 needed.append(st.var)
@@ -765,8 +766,11 @@ class ArrayMixin:
             return
         if kind == "rule":
             rule = info["rule"]
-            x = [self.operand_value(a, local) for a in e.args]
-            y = self.operand_value(st.var, local) if st.var is not None else "None"
+            # only the operands the backward code reads: finding another one's value could
+            # rematerialise a read of an array whose records were planned without it
+            used = info["used"]
+            x = [self.operand_value(a, local) if f"x{k}" in used else "None" for k, a in enumerate(e.args)]
+            y = self.operand_value(st.var, local) if st.var is not None and "y" in used else "None"
             dy = self.cot(st.var, local)
             c = self.make_ctx(st, x, y, dy)
             for i in info["targets"]:

@@ -291,7 +291,8 @@ def is_view_op(fn: Any, args, kinds) -> bool:
     if not args or not isinstance(args[0], Var) or not is_array(kinds.get(args[0].id, "")):
         return False
     if isinstance(fn, GetItem):
-        return fn.is_view()
+        # fewer integer indices than dimensions (a row e[1] of a matrix) is a view too
+        return fn.is_view() or array_ndim(kinds[args[0].id]) > len(fn.spec)
     if isinstance(fn, Attr):
         return fn.attr in ("T", "real", "imag")
     if isinstance(fn, InPlace):
