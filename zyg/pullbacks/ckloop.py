@@ -273,7 +273,6 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     fn_ = [f"f{j}" for j in range(m)]
     tcn = [f"tc{i}" for i in range(n)]
     tfn = [f"tf{j}" for j in range(m)]
-    names = ["t"] + cn + fn_
     tnames = [None] + tcn + tfn
     act = [tnames[i] for i, q in enumerate(p.fn.params) if fwd.active(q)]
     lines = [f"def _ck_tan(T, t0, {', '.join(cn + fn_ + tcn + tfn)}):"]

@@ -821,7 +821,7 @@ class Lowerer:
                if len(carried) == 1 else
                gast.Tuple(elts=[gast.Name(id=c, ctx=gast.Load(), annotation=None, type_comment=None)
                                 for c in carried], ctx=gast.Load()))
-        body = [_ContinueToReturn(ret, self, t).visit(copy.deepcopy(b)) for b in st.body]
+        body = [_ContinueToReturn(ret).visit(copy.deepcopy(b)) for b in st.body]
         body.append(gast.Return(value=copy.deepcopy(ret)))
         params = [gast.Name(id=p, ctx=gast.Param(), annotation=None, type_comment=None)
                   for p in [t] + carried + free]
@@ -1486,7 +1486,7 @@ class _BodyScan:
 class _ContinueToReturn(gast.NodeTransformer):
     """``continue`` of the checkpointed loop itself (not of a nested loop) ends the step."""
 
-    def __init__(self, ret, low: "Lowerer", t: str):
+    def __init__(self, ret):
         self.ret = ret
 
     def visit_Continue(self, node):
