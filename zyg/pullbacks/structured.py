@@ -407,18 +407,7 @@ class StructuredMixin:
             X = self.struct[h][1]
             if X in self.p_inline:
                 need = _dadd(need, self.total_demand(self.fn.blocks[X]))
-            conds, wants = [], []
-            for s in sorted(need):
-                if need[s] == 0:
-                    continue
-                total = f"_{s}sp + {need[s]}"
-                conds.append(f"{total} > _{s}cap")
-                wants.append(f"_{s}want = {total}")
-            if conds:
-                code.add(ind, f"if {' or '.join(conds)}:")
-                for w in wants:
-                    code.add(ind + 1, w)
-                code.add(ind + 1, "break")
+            self.room_check({s: v for s, v in need.items() if v != 0}, ind, code)
             ends = self.array_stacks()
             for d in own.values():
                 ends |= {s for s, v in d.items() if v != 0}

@@ -244,6 +244,20 @@ class Emitter(ArrayMixin, StructuredMixin):
     def src(self, a) -> str:
         return var_name(a) if isinstance(a, Var) else const_src(a, self.ns)
 
+    def room_check(self, need: Dict[str, Any], ind: int, code: Code) -> None:
+        """Leave the dispatch case (to grow the tape) when a stack lacks room for ``need``
+        more entries (stack name -> count or count expression)."""
+        conds, wants = [], []
+        for s in sorted(need):
+            total = f"_{s}sp + {need[s]}"
+            conds.append(f"{total} > _{s}cap")
+            wants.append(f"_{s}want = {total}")
+        if conds:
+            code.add(ind, f"if {' or '.join(conds)}:")
+            for w in wants:
+                code.add(ind + 1, w)
+            code.add(ind + 1, "break")
+
     def in_loop(self, b: int) -> bool:
         return bool(self.p.loops_of[b])
 
@@ -819,18 +833,10 @@ class Emitter(ArrayMixin, StructuredMixin):
         if record and grows:
             dh = self.total_demand(head)
             db = self.total_demand(body)
-            conds, wants = [], []
-            for sname in sorted(set(dh) | set(db)):
-                total = f"_{sname}sp + {dh.get(sname, 0)} * ({trip} + 1) + {db.get(sname, 0)} * {trip}"
-                conds.append(f"{total} > _{sname}cap")
-                wants.append(f"_{sname}want = {total}")
-            if conds:
-                code.add(ind, f"if {' or '.join(conds)}:")
-                for w in wants:
-                    code.add(ind + 1, w)
-                code.add(ind + 1, "break")
-            self.s_reserve({k: f"{dh.get(k, 0)} * ({trip} + 1) + {db.get(k, 0)} * {trip}"
-                            for k in set(dh) | set(db)}, self.array_stacks(), ind, code)
+            need = {k: f"{dh.get(k, 0)} * ({trip} + 1) + {db.get(k, 0)} * {trip}"
+                    for k in set(dh) | set(db)}
+            self.room_check(need, ind, code)
+            self.s_reserve(need, self.array_stacks(), ind, code)
         code.add(ind, f"for _k{head.id} in range({trip}):")
         self.primal_block(body, ind + 1, code, record, grows, inlined=True)
         self.primal_block(head, ind, code, record, grows, inlined=True)
