@@ -106,14 +106,7 @@ def test_nested_grad_second_order(target):
     assert dxy(0.6, 1.1, 5) == pytest.approx(want, rel=1e-6)
 
 
-def test_nested_grad_third_order():
-    # the python target: numba compiles the third-order code slowly (docs/higher_order.md)
-    d3 = zyg.grad(zyg.grad(zyg.grad(loop_branch, target="python"), target="python"), target="python")
-    d2 = zyg.hessian(loop_branch, target="python")
-    h = 1e-4
-    for x in (0.4, 1.3):
-        want = (d2(x + h, 3) - d2(x - h, 3)) / (2 * h)
-        assert d3(x, 3) == pytest.approx(want, rel=1e-6)
+# third derivatives, on both targets: tests/test_relower.py
 
 
 def test_value_and_grad_of_a_gradient():

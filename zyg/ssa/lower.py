@@ -619,6 +619,10 @@ class Lowerer:
         if st.orelse:
             raise self.unsupported(st, "'while ... else' is not supported",
                                    "use a flag variable set before 'break'")
+        shape = _dispatch_shape(st)
+        if shape is not None:
+            self.dispatch_loop(st, *shape)
+            return
         head = self.new_block(st)
         body = self.new_block(st)
         exit = self.new_block(st)
@@ -635,6 +639,90 @@ class Lowerer:
         self.seal(head)
         self.seal(exit)
         self.cur = exit
+
+    def dispatch_loop(self, st, var: str, cases: list, orelse: list) -> None:
+        """A dispatch loop ``while v >= 0: if v == k1: ... elif v == k2: ...`` (the shape of
+        zyg's own generated code, lowered again for higher-order derivatives), with its
+        transitions threaded.
+
+        A case that ends by assigning a constant ``v = c`` goes straight to the block of
+        case ``c`` (or to the loop's exit when ``c < 0``) instead of back to the header
+        and down the test chain.  The CFG then has the shape of the one the code was
+        generated from; without threading, every value live anywhere in the loop would
+        be a parameter of the header, and each level of nesting would multiply the code.
+        Inside case ``k`` the variable is known to equal ``k``.
+        """
+        head = self.new_block(st)
+        exit = self.new_block(st)
+        bodies = [self.new_block(case) for case in cases]
+        other = self.new_block(orelse[0]) if orelse else None
+        targets: Dict[int, int] = {}
+        for case, b in zip(cases, bodies):
+            targets.setdefault(case.test.comparators[0].value, b)
+
+        def goto(c: int) -> int:
+            if c < 0:
+                return exit
+            return targets.get(c, other if other is not None else head)
+
+        self.jump(head)
+        self.cur = head
+        first = self.new_block(st)
+        self.cond(st.test, first, exit)
+        self.seal(first)
+        self.cur = first
+        for i, case in enumerate(cases):
+            nxt = self.new_block(case) if i + 1 < len(cases) else (other if other is not None else head)
+            self.cond(case.test, bodies[i], nxt)
+            if i + 1 < len(cases):
+                self.seal(nxt)
+                self.cur = nxt
+        self.loops.append(_Loop(head, exit))
+        for case, b in zip(cases, bodies):
+            self.cur = b
+            self.write(var, b, Const(case.test.comparators[0].value))
+            self._tail_stmts(case.body, var, goto)
+            if self.cur is not None:
+                self.jump(head)
+        if other is not None:
+            self.cur = other
+            self._tail_stmts(orelse, var, goto)
+            if self.cur is not None:
+                self.jump(head)
+        self.loops.pop()
+        for b in bodies + ([other] if other is not None else []) + [head, exit]:
+            self.seal(b)
+        self.cur = exit
+
+    def _tail_stmts(self, body, var: str, goto) -> None:
+        """Lower a dispatch case's statements; an assignment ``var = <int>`` in tail position
+        (last, possibly inside the arms of a final ``if``) jumps to that case."""
+        self.stmts(body[:-1])
+        last = body[-1]
+        if self.cur is None:
+            self.cur = self.new_block(last)
+            self.sealed.add(self.cur)
+        c = _const_assign(last, var)
+        if c is not None:
+            self.write(var, self.cur, Const(c))
+            self.jump(goto(c))
+        elif isinstance(last, gast.If):
+            t = self.new_block(last)
+            f = self.new_block(last) if last.orelse else None
+            join = self.new_block(last)
+            self.cond(last.test, t, f if f is not None else join)
+            for blk, arm in ((t, last.body), (f, last.orelse)):
+                if blk is None:
+                    continue
+                self.seal(blk)
+                self.cur = blk
+                self._tail_stmts(arm, var, goto)
+                if self.cur is not None:
+                    self.jump(join)
+            self.seal(join)
+            self.cur = join
+        else:
+            self.stmt(last)
 
     def stmt_For(self, st) -> None:
         if st.orelse:
@@ -1390,6 +1478,49 @@ class Lowerer:
                     raise self.unsupported(node, f"{name}() is missing the keyword argument {p!r}")
                 bound[p] = kwdefaults[p]
         return bound
+
+
+def _int_const(node) -> Optional[int]:
+    if isinstance(node, gast.Constant) and type(node.value) is int:
+        return node.value
+    if (isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub)
+            and isinstance(node.operand, gast.Constant) and type(node.operand.value) is int):
+        return -node.operand.value
+    return None
+
+
+def _const_assign(st, var: str) -> Optional[int]:
+    """``c`` when ``st`` is ``var = c`` with ``c`` an int literal."""
+    if (isinstance(st, gast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], gast.Name)
+            and st.targets[0].id == var):
+        return _int_const(st.value)
+    return None
+
+
+def _dispatch_shape(st):
+    """``(var, cases, orelse)`` when the loop ``st`` is ``while var >= 0:`` whose body is one
+    ``if var == k1: ... elif var == k2: ...`` chain on int literals, else None."""
+    t = st.test
+    if not (isinstance(t, gast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], gast.GtE)
+            and isinstance(t.left, gast.Name) and _int_const(t.comparators[0]) == 0):
+        return None
+    var = t.left.id
+    if len(st.body) != 1 or not isinstance(st.body[0], gast.If):
+        return None
+    cases: list = []
+    node = st.body[0]
+    while True:
+        c = node.test
+        if not (isinstance(c, gast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], gast.Eq)
+                and isinstance(c.left, gast.Name) and c.left.id == var
+                and isinstance(c.comparators[0], gast.Constant)
+                and type(c.comparators[0].value) is int):
+            return None
+        cases.append(node)
+        if len(node.orelse) == 1 and isinstance(node.orelse[0], gast.If):
+            node = node.orelse[0]
+            continue
+        return var, cases, list(node.orelse)
 
 
 class _BodyScan:

@@ -6,6 +6,7 @@ verifier runs after every pass.
 """
 from __future__ import annotations
 
+import operator
 import os
 import sys
 from typing import Callable, Dict, List, Set, Tuple
@@ -168,21 +169,6 @@ def _substitute(fn: Function, subst: Dict[int, Operand]) -> None:
             t.value = res(t.value)
 
 
-def _edges_into(fn: Function, b: int):
-    """(terminator, 'true'|'false'|'jump') for every edge into block b."""
-    out = []
-    for blk in fn.iter_blocks():
-        t = blk.term
-        if isinstance(t, Jump) and t.target == b:
-            out.append((t, "args"))
-        elif isinstance(t, Branch):
-            if t.true == b:
-                out.append((t, "true_args"))
-            if t.false == b:
-                out.append((t, "false_args"))
-    return out
-
-
 def _same(a: Operand, b: Operand) -> bool:
     if isinstance(a, Var) or isinstance(b, Var):
         return a is b or (isinstance(a, Var) and isinstance(b, Var) and a.id == b.id)
@@ -190,29 +176,213 @@ def _same(a: Operand, b: Operand) -> bool:
 
 
 def remove_trivial_params(fn: Function) -> Function:
-    """Remove block parameters that always receive one value (or themselves)."""
+    """Remove block parameters that always receive one value (or themselves), to a fixed
+    point (removing one can make others trivial)."""
+    inc = _incoming(fn)
+    repl: Dict[int, Operand] = {}
+
+    def res(a: Operand) -> Operand:
+        while isinstance(a, Var) and a.id in repl:
+            a = repl[a.id]
+        return a
+
     changed = True
     while changed:
         changed = False
-        for blk in fn.iter_blocks():
-            if blk.id == fn.order[0]:
+        for pid, ops in inc.items():
+            if pid in repl:
                 continue
-            edges = _edges_into(fn, blk.id)
-            for idx, p in enumerate(blk.params):
-                vals = [getattr(t, slot)[idx] for t, slot in edges]
-                uniq: List[Operand] = []
-                for v in vals:
-                    if isinstance(v, Var) and v.id == p.id:
+            uniq: List[Operand] = []
+            for v in ops:
+                v = res(v)
+                if isinstance(v, Var) and v.id == pid:
+                    continue
+                if not any(_same(v, u) for u in uniq):
+                    uniq.append(v)
+                    if len(uniq) > 1:
+                        break
+            if len(uniq) == 1:
+                repl[pid] = uniq[0]
+                changed = True
+    _drop_params(fn, {k: res(v) for k, v in repl.items()})
+    return fn
+
+
+def _drop_params(fn: Function, drop: Dict[int, Operand]) -> None:
+    """Remove the block parameters in ``drop`` (param id -> replacement, or None for a
+    dead one) with their edge arguments, and substitute the replacements."""
+    if not drop:
+        return
+    entry = fn.order[0]
+    for blk in fn.iter_blocks():
+        t = blk.term
+        for slot in (("args",) if isinstance(t, Jump) else
+                     ("true_args", "false_args") if isinstance(t, Branch) else ()):
+            target = t.target if slot == "args" else (t.true if slot == "true_args" else t.false)
+            params = fn.blocks[target].params
+            if target == entry or not any(q.id in drop for q in params):
+                continue
+            setattr(t, slot, [a for q, a in zip(params, getattr(t, slot)) if q.id not in drop])
+    for blk in fn.iter_blocks():
+        if blk.id != entry:
+            blk.params = [q for q in blk.params if q.id not in drop]
+    _substitute(fn, {k: v for k, v in drop.items() if v is not None})
+
+
+def _incoming(fn: Function) -> Dict[int, List[Operand]]:
+    """Operands flowing into every (non-entry) block parameter, one per edge."""
+    entry = fn.order[0]
+    inc: Dict[int, List[Operand]] = {q.id: [] for b in fn.order if b != entry
+                                     for q in fn.blocks[b].params}
+    for blk in fn.iter_blocks():
+        for target, args in (blk.term.successors() if blk.term else []):
+            if target == entry:
+                continue
+            for q, a in zip(fn.blocks[target].params, args):
+                inc[q.id].append(a)
+    return inc
+
+
+def _sccs(nodes: List[int], succ: Dict[int, List[int]]) -> List[List[int]]:
+    """Strongly connected components (Tarjan, iterative), callees before callers."""
+    index: Dict[int, int] = {}
+    low: Dict[int, int] = {}
+    on: Set[int] = set()
+    stack: List[int] = []
+    out: List[List[int]] = []
+    n = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = n
+                n += 1
+                stack.append(v)
+                on.add(v)
+            ws = succ.get(v, [])
+            if i < len(ws):
+                work.append((v, i + 1))
+                w = ws[i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(comp)
+    return out
+
+
+def remove_redundant_params(fn: Function) -> Function:
+    """Remove groups of block parameters that only pass one outside value around among
+    themselves (Braun et al. 2013, section 3.2: redundant phi SCCs), then parameters whose
+    value is never used.
+
+    Both come from lowering generated code again (higher-order derivatives): a value
+    that is constant across a loop nest still gets a parameter at every merge of the
+    dispatch structure, in cycles that :func:`remove_trivial_params` cannot see through.
+    """
+    inc = _incoming(fn)
+    drop: Dict[int, Operand] = {}
+
+    def resolve(a: Operand) -> Operand:
+        while isinstance(a, Var) and drop.get(a.id) is not None:
+            a = drop[a.id]
+        return a
+
+    def process(members: List[int]) -> None:
+        mset = set(members)
+        succ = {p: [a.id for a in inc[p] if isinstance(a, Var) and a.id in mset] for p in members}
+        for comp in _sccs(members, succ):
+            cset = set(comp)
+            outer: List[Operand] = []
+            for p in comp:
+                for a in inc[p]:
+                    a = resolve(a)
+                    if isinstance(a, Var) and a.id in cset:
                         continue
-                    if not any(_same(v, u) for u in uniq):
-                        uniq.append(v)
-                if len(uniq) == 1:
-                    blk.params.pop(idx)
-                    for t, slot in edges:
-                        getattr(t, slot).pop(idx)
-                    _substitute(fn, {p.id: uniq[0]})
-                    changed = True
-                    break
+                    if not any(_same(a, u) for u in outer):
+                        outer.append(a)
+            if len(outer) == 1:
+                for p in comp:
+                    drop[p] = outer[0]
+            elif len(outer) > 1 and len(comp) > 1:
+                inner = [p for p in comp
+                         if all(isinstance(resolve(a), Var) and resolve(a).id in cset for a in inc[p])]
+                if inner and len(inner) < len(comp):
+                    process(inner)
+
+    process(list(inc))
+    for k in list(drop):
+        drop[k] = resolve(drop[k])
+    _drop_params(fn, drop)
+    # dead parameters: used by no statement, test or return, nor by a used parameter
+    inc = _incoming(fn)
+    used: Set[int] = set()
+    work: List[int] = []
+    for blk in fn.iter_blocks():
+        uses = [a for st in blk.stmts for a in st.expr.operands()]
+        t = blk.term
+        if isinstance(t, Branch):
+            uses.append(t.cond)
+        elif isinstance(t, Return):
+            uses.append(t.value)
+        for a in uses:
+            if isinstance(a, Var) and a.id not in used:
+                used.add(a.id)
+                work.append(a.id)
+    while work:
+        v = work.pop()
+        for a in inc.get(v, ()):
+            if isinstance(a, Var) and a.id not in used:
+                used.add(a.id)
+                work.append(a.id)
+    _drop_params(fn, {p: None for p in inc if p not in used})
+    return fn
+
+
+_FOLDABLE = {id(f) for f in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)}
+
+
+def fold_int_compares(fn: Function) -> Function:
+    """Fold comparisons of int and bool constants, then the branches they decide.
+
+    After threading, a dispatch loop's test chain is entered with a known block number
+    (generated code lowered again); folding its tests leaves it unreachable."""
+    changed = True
+    any_change = False
+    while changed:
+        changed = False
+        subst: Dict[int, Operand] = {}
+        for blk in fn.iter_blocks():
+            keep = []
+            for st in blk.stmts:
+                args = st.expr.args
+                if (id(st.expr.fn) in _FOLDABLE and len(args) == 2 and not st.expr.kwargs
+                        and all(isinstance(a, Const) and not isinstance(a, Undef)
+                                and type(a.value) in (int, bool) for a in args)):
+                    subst[st.var.id] = Const(bool(st.expr.fn(args[0].value, args[1].value)))
+                    continue
+                keep.append(st)
+            blk.stmts = keep
+        if subst:
+            _substitute(fn, subst)
+            fold_constant_branches(fn)
+            remove_trivial_params(fn)
+            changed = any_change = True
     return fn
 
 
@@ -255,6 +425,8 @@ PIPELINE: List[Tuple[str, Callable[[Function], Function]]] = [
     ("unreachable", remove_unreachable),
     ("fold-branches", fold_constant_branches),
     ("trivial-params", remove_trivial_params),
+    ("redundant-params", remove_redundant_params),
+    ("fold-compares", fold_int_compares),
     ("merge-blocks", merge_straight_blocks),
 ]
 
