@@ -226,12 +226,14 @@ def test_forward_mode_of_a_loss_calling_grad(target):
     check(ty, fd(along, (0.0,), 0), y)
 
 
-def test_hessian_of_a_loss_calling_grad_python_target():
+@pytest.mark.parametrize("target", TARGETS)
+def test_hessian_of_a_loss_calling_grad(target):
     """Third derivatives of g: forward mode over the generated gradient of the loss, which
     calls the generated second-order functions (inlined when lowered again).  On the cpu
-    target numba takes minutes to compile this (docs/higher_order.md)."""
+    target it is one function of about 1,400 lines: numba takes a minute or more to
+    compile it (docs/higher_order.md)."""
     args = (W.copy(), X.copy(), LAM)
-    H = zyg.hessian(penalty, target="python")(*args)
+    H = zyg.hessian(penalty, target=target)(*args)
     grad = zyg.grad(penalty, target="python")
     cols = np.stack([fd(lambda *b: grad(*b)[k], args, 0) for k in range(W.size)])
     check(H, cols, np.max(np.abs(grad(*args))))
