@@ -413,7 +413,8 @@ def test_random_programs_structured_equals_dispatcher(src, args):
 # --- reversed loops with independent iterations run forwards (ADJ_FORWARD) --------------------
 
 def row_dots(a, w):
-    # inner loop: a sum accumulator and array reads only -> its reverse runs forwards
+    # inner loop: a sum accumulator and array reads only -> its reverse runs forwards; so
+    # does the outer one's (tot is a sum; its pops of s are read at each iteration's place)
     n, m = a.shape
     tot = 0.0
     for i in range(n):
@@ -452,7 +453,8 @@ def two_accumulators(a, w):
 
 
 def product_loop(a, w):
-    # p = p * e: the cotangent of p changes every iteration -> stays backwards
+    # p = p * e: the cotangent of p changes every iteration -> stays backwards (and the
+    # outer loop too: the inner loop's pops are not one per outer iteration)
     n, m = a.shape
     tot = 0.0
     for i in range(n):
@@ -476,7 +478,8 @@ def accumulator_read(a, w):
 
 
 def reversed_sub(a, w):
-    # s = e - s: the cotangent flips sign every iteration -> stays backwards
+    # s = e - s: the cotangent flips sign every iteration -> the inner loop stays backwards
+    # (the outer one, a sum of s * s over self-contained inner loops, runs forwards)
     n, m = a.shape
     tot = 0.0
     for i in range(n):
@@ -500,15 +503,15 @@ def writes_in_loop(a, w):
 
 
 FORWARD = [
-    (row_dots, lambda: (RNG.uniform(-1, 1, (4, 5)), RNG.uniform(-1, 1, 5)), (0, 1), 1),
+    (row_dots, lambda: (RNG.uniform(-1, 1, (4, 5)), RNG.uniform(-1, 1, 5)), (0, 1), 2),
     (row_dots_minus, lambda: (RNG.uniform(-1, 1, (5, 3)), RNG.uniform(-1, 1, 3), RNG.uniform(0.5, 1, 2)),
-     (0, 1, 2), 1),
-    (two_accumulators, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 1),
+     (0, 1, 2), 2),
+    (two_accumulators, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 2),
     (lower_triangle_quadratic, lambda: (RNG.uniform(-0.5, 0.5, (3, 4)), RNG.uniform(-1, 1, (3, 6)),
-                                        RNG.uniform(-1, 1, 4)), (0, 1, 2), 1),
+                                        RNG.uniform(-1, 1, 4)), (0, 1, 2), 2),
     (product_loop, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
     (accumulator_read, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
-    (reversed_sub, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
+    (reversed_sub, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 1),
     (writes_in_loop, lambda: (RNG.uniform(-1, 1, (3, 4)), RNG.uniform(-1, 1, 4)), (0, 1), 0),
 ]
 
@@ -580,6 +583,52 @@ def loop_programs(draw):
 def test_random_loops_forward_order_agrees(src, seed):
     """Random inner loops: the gradient with ADJ_FORWARD on is the one with it off to
     rounding, and it matches finite differences; python target."""
+    rng = np.random.default_rng(seed)
+    args = [rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, 4), rng.uniform(0.5, 1.0, 2)]
+    f = load(src)
+    structured.ADJ_FORWARD = True
+    try:
+        v1, g1 = zyg.value_and_grad(f, (0, 1, 2), target="python")(*fresh(args))
+        structured.ADJ_FORWARD = False
+        v2, g2 = zyg.value_and_grad(load(src), (0, 1, 2), target="python")(*fresh(args))
+    finally:
+        structured.ADJ_FORWARD = True
+    assert v1 == v2
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=src)
+    for i in range(3):
+        np.testing.assert_allclose(g1[i], fd_array(f, fresh(args), i), rtol=1e-5, atol=1e-7, err_msg=src)
+
+
+@st.composite
+def nest_programs(draw):
+    """Random triple nests in GMM's shape: a middle loop whose reverse pops one value per
+    iteration (``v`` of ``tot += v * v``), an inner loop carrying a counter ``t`` on from
+    the middle loop's (a chained start, constant or not), and accumulators that keep or
+    break the reverse's independence at each level."""
+    start = draw(st.sampled_from(["0", "0", "2", "i"]))
+    step = draw(st.sampled_from([1, 1, 2, -1]))
+    lines = ["import math", "", "", "def f(a, w, x):", "    n, m = a.shape", "    c = x[0] * x[1]",
+             "    tot = 0.0", "    t = 0", "    for i in range(n):", f"        t = {start}"]
+    bound = draw(st.sampled_from(["m", "i % m + 1", "m - 1"]))
+    lines.append(f"        for r in range({bound}):")
+    lines.append(f"            v = {draw(st.sampled_from(['a[i, r]', 'c * w[r]', 'math.exp(a[i, r])']))}")
+    lines.append(f"            for j in range({draw(st.sampled_from(['r', 'r + 1', 'm - r']))}):")
+    e = draw(st.sampled_from(["a[i, j] * w[t % m]", "w[j] * c", "math.sin(a[i, (t + j) % m])"]))
+    up = draw(st.sampled_from(["v += {e}", "v += {e}", "v = v - {e}", "v = v * (1.0 + 0.1 * {e})"]))
+    lines.append("                " + up.format(e=e))
+    lines.append(f"                t += {step}")
+    out = draw(st.sampled_from(["tot += v * v", "tot += v * v", "tot += math.sin(v)", "tot = tot * 0.9 + v"]))
+    lines.append("            " + out)
+    lines.append("    return tot + c * t")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nest_programs(), st.integers(0, 2**31 - 1))
+def test_random_nests_forward_order_agrees(src, seed):
+    """Random nests (outer loops reversed forwards with indexed pops and chained counter
+    starts run up): ADJ_FORWARD on == off to rounding, and finite differences; python target."""
     rng = np.random.default_rng(seed)
     args = [rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, 4), rng.uniform(0.5, 1.0, 2)]
     f = load(src)

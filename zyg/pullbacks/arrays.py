@@ -37,6 +37,8 @@ from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recur
 from ..rules.higher import Checkpointed, Hooked
 from .tape import KIND_STACK
 
+UNSIGNED_INDEX = True   # proven non-negative array indices cast to np.uint64 (ArrayMixin.index_text)
+
 _STACK_OF_DTYPE = {"f": "f", "c": "c", "i": "i", "u": "i", "b": "i"}
 
 
@@ -455,16 +457,47 @@ class ArrayMixin:
         e = st.expr
         if isinstance(e.fn, GetItem):
             base = self.arr_value(e.args[0], local)
-            return f"{base}[{index_src(e.fn.spec, [self.value_ref(q, local) for q in e.args[1:]])}]"
+            ops = [self.value_ref(q, local) for q in e.args[1:]]
+            return f"{base}[{self.index_text(e.fn.spec, e.args[0], e.args[1:], ops)}]"
         x, y = (self.value_ref(q, local) for q in e.args)
         return f"({x} {_INFIX[e.fn]} {y})"
+
+    # -- indices -----------------------------------------------------------------------------
+    @property
+    def nonneg(self) -> Dict[int, int]:
+        """Int values proven non-negative (``analysis.int_lower_bounds``), computed once."""
+        got = self.__dict__.get("_nonneg")
+        if got is None:
+            from ..ssa.analysis import int_lower_bounds
+            got = self._nonneg = int_lower_bounds(self.fn, self.p.kinds)
+        return got
+
+    def index_text(self, spec, base, operands, ops: List[str]) -> str:
+        """The subscript of ``base[...]`` from the rendered operands ``ops``.
+
+        In compiled code an integer index of an array that is proven non-negative is
+        cast to ``np.uint64``: numba then leaves out its negative-index wraparound (a
+        compare and select on every access, which also keeps LLVM from simplifying
+        the address arithmetic of inner loops). The value is the same."""
+        if UNSIGNED_INDEX and self.p.target != "python" and isinstance(base, Var) and self.is_arr(base):
+            ops = list(ops)
+            k = 0
+            for s in spec:
+                if s == "i":
+                    q = operands[k]
+                    if isinstance(q, Var) and self.kind(q) == "int" and q.id in self.nonneg:
+                        ops[k] = f"np.uint64({ops[k]})"
+                    k += 1
+                elif s == "s":
+                    k += 3
+        return index_src(spec, ops)
 
     # -- values and shadows in the adjoint --------------------------------------------------
     def view_src(self, st: Stmt, base: str, ops: List[str]) -> str:
         """Apply the view-producing statement ``st`` to ``base`` (value or shadow)."""
         fn = st.expr.fn
         if isinstance(fn, GetItem):
-            return f"{base}[{index_src(fn.spec, ops)}]"
+            return f"{base}[{self.index_text(fn.spec, st.expr.args[0], st.expr.args[1:], ops)}]"
         if isinstance(fn, Attr):
             return f"{base}.{fn.attr}"
         if isinstance(fn, InPlace):
@@ -541,7 +574,7 @@ class ArrayMixin:
             # the previous iteration's contents of an array that is allocated again
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
         if isinstance(fn, SetItem):
-            idx = index_src(fn.spec, args[1:-1])
+            idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
             target = f"{args[0]}[{idx}]"
             if record and not info.get("skip_old"):
                 if is_array(info["old_kind"]):
@@ -567,7 +600,7 @@ class ArrayMixin:
         if isinstance(fn, InPlace):
             fn = fn.op
         if isinstance(fn, GetItem):
-            code.add(ind, f"{lhs}{args[0]}[{index_src(fn.spec, args[1:])}]", st.loc)
+            code.add(ind, f"{lhs}{args[0]}[{self.index_text(fn.spec, e.args[0], e.args[1:], args[1:])}]", st.loc)
         elif isinstance(fn, Attr):
             code.add(ind, f"{lhs}{args[0]}.{fn.attr}", st.loc)
         elif isinstance(fn, MakeTuple):
@@ -700,7 +733,8 @@ class ArrayMixin:
         loop = self.in_loop(blk.id)
         if kind == "setitem":
             base = e.args[0]
-            idx = index_src(fn.spec, [self.value_ref(q, local) for q in e.args[1:-1]])
+            ops = [self.value_ref(q, local) for q in e.args[1:-1]]
+            idx = self.index_text(fn.spec, base, e.args[1:-1], ops)
             val = e.args[-1]
             if base.id in self.p.active:
                 sh = f"{self.shadow(base, local)}[{idx}]"
@@ -757,7 +791,7 @@ class ArrayMixin:
             return
         if kind == "read":
             base = e.args[0]
-            idx = index_src(fn.spec, [self.value_ref(q, local) for q in e.args[1:]])
+            idx = self.index_text(fn.spec, base, e.args[1:], [self.value_ref(q, local) for q in e.args[1:]])
             dy = self.cot(st.var, local)
             if base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)

@@ -49,13 +49,16 @@ from .tape import KIND_STACK
 STRUCTURED = True
 ADJ_FOR = False            # adjoint loops as ``for _k in range(_n): _n -= 1``: measured 1.4-2.5x slower
 TRIP_RECOMPUTE = True      # trip counts of nested structured loops recomputed, not taped
-ADJ_FORWARD = True         # reverse of an innermost loop with independent iterations runs them forwards
+ADJ_FORWARD = True         # reverse of a loop with independent iterations runs them forwards
 
 Expr = Union[int, str]
 
 # statements of a reversed loop body that tie its iterations to their order: tape pops,
 # counter state carried from one iteration to the next
 _ORDERED = re.compile(r"\b_\w*sp -=|\b_cur\d+ =|\b_ini\d+ =|\b_\w*end\b|\b_zyg_pop")
+_POP = re.compile(r"^_([a-z])sp -= (\d+)$")                     # a pop of a scalar
+_CHAIN_INI = re.compile(r"^(_ini\d+) = (_cur\d+) - (.+)$")        # a chained start, backwards
+_CHAIN_CUR = re.compile(r"^(_cur\d+) = (_ini\d+)$")
 
 
 def _eadd(x: Expr, y: Expr) -> Expr:
@@ -504,29 +507,26 @@ class StructuredMixin:
         self.adjoint_entry(hb, ind + 1, code, only=latch,
                            cont=lambda q, i2: self.s_adj_region(q, h, i2, code))
         self.adjoint_stmts(hb, ind + 1, code)
-        if self.s_adj_forward(h) and not any(_ORDERED.search(ln) for ln in code.lines[n0 + 2:]):
+        fwd = self.s_adj_forward(h) and self._fwd_state(h, code.lines[n0 + 2:], ind)
+        if fwd:
             # the reversed iterations are independent: run them in the forward order
             # (the body reads ``_n{h}`` only as the iteration's number)
-            pad = "    " * ind
-            code.lines[n0:n0 + 2] = [f"{pad}_e{h} = _n{h}", f"{pad}_n{h} = 0",
-                                     f"{pad}while _n{h} < _e{h}:"]
-            code.locs = {(k + 1 if k > n0 + 2 else k): v for k, v in code.locs.items()}
-            code.add(ind + 1, f"_n{h} += 1")
-            code.add(ind, f"_n{h} = 0")
+            self._fwd_rewrite(h, code, n0, ind, *fwd)
         self.adjoint_entry(hb, ind, code, only=o, cont=cont)
 
     def s_adj_forward(self, h: int) -> bool:
         """Can the reverse of structured loop ``h`` run its iterations in the forward order?
 
-        Yes when no reversed iteration depends on another: ``h`` is an innermost loop
-        whose body is straight-line blocks that record nothing on the tape and write no
-        array (array reads only), and every active header parameter is a sum
+        Yes when no reversed iteration depends on another: the body of ``h`` is
+        straight-line blocks and nested structured loops (no ``if``), writes no array
+        (array reads only), and every active header parameter of ``h`` is a sum
         accumulator -- ``p' = p + e`` or ``p - e`` with ``p`` used only there and ``p'``
         only as the latch argument -- so that its cotangent passes unchanged through
         each reversed iteration.  The reversed iterations then only read values fixed
         during the loop and add into cotangents (the order changes only their rounding).
-        The emitted body is checked once more for pops and sequential counter state
-        (``_ORDERED``)."""
+        What ties the emitted body to the backward order is checked once more
+        (:meth:`_fwd_state`): tape pops, which become reads at the iteration's own place
+        on the tape, and chained counter starts, which are run forwards."""
         if not ADJ_FORWARD or ADJ_FOR:
             return False
         memo = self.__dict__.setdefault("_fwd_memo", {})
@@ -537,7 +537,8 @@ class StructuredMixin:
     def _s_adj_forward(self, h: int) -> bool:
         fn = self.fn
         body = self.p.loops[h]
-        if any(h2 != h and h2 in body for h2 in self.p.loops):
+        heads = {h2 for h2 in self.p.loops if h2 in body}
+        if any(h2 not in self.struct for h2 in heads):
             return False
         o, latch = self.counted[h]
         uses: Dict[int, int] = {}
@@ -548,10 +549,8 @@ class StructuredMixin:
                 uses[a.id] = uses.get(a.id, 0) + 1
         for b in body:
             blk = fn.blocks[b]
-            if self.pushes.get(b) or _nonzero(self._base_demand(blk)):
-                return False
             t = blk.term
-            if b != h and not isinstance(t, Jump):
+            if b not in heads and not isinstance(t, Jump):
                 return False
             if isinstance(t, Branch):
                 use(t.cond)
@@ -593,6 +592,82 @@ class StructuredMixin:
             if not ok or uses.get(p.id, 0) != 1 or uses.get(a.id, 0) != 1:
                 return False
         return True
+
+    def _fwd_state(self, h: int, lines, ind: int):
+        """What of the reversed body ``lines`` of loop ``h`` depends on the backward order,
+        if it can be run forwards: ``(pops, starts)`` -- the items each iteration pops
+        per stack, and the start value of each chained counter ``_cur<P>`` of ``h``
+        (``Emitter.init_chains``); None when something else is order-bound (pops or
+        counter state inside a nested loop, a chain whose start is not a constant)."""
+        top = "    " * (ind + 1)
+        pops: Dict[str, int] = {}
+        curs: Set[str] = set()
+        for ln in lines:
+            if not _ORDERED.search(ln):
+                continue
+            if not ln.startswith(top) or ln[len(top)].isspace():
+                return None             # runs a variable number of times per iteration
+            s = ln[len(top):]
+            m = _POP.match(s)
+            if m:
+                pops[m.group(1)] = pops.get(m.group(1), 0) + int(m.group(2))
+                continue
+            m = _CHAIN_INI.match(s)
+            if m:
+                curs.add(m.group(2))
+                continue
+            if not _CHAIN_CUR.match(s):
+                return None
+        starts: Dict[str, str] = {}
+        hb = self.fn.blocks[h]
+        entry = self.edge_args(self.counted[h][0], h)
+        for P, _, L in self.init_chains().values():
+            cur = f"_cur{P.id}"
+            if cur not in curs or L != h:
+                continue
+            k = next(j for j, q in enumerate(hb.params) if q.id == P.id)
+            if not isinstance(entry[k], Const) or type(entry[k].value) is not int:
+                return None
+            starts[cur] = str(entry[k].value)
+        if set(starts) != curs:
+            return None
+        return pops, starts
+
+    def _fwd_rewrite(self, h: int, code: Code, n0: int, ind: int, pops: Dict[str, int],
+                     starts: Dict[str, str]) -> None:
+        """Turn the backward loop ``while _n<h> > 0: _n<h> -= 1; <body>`` emitted from line
+        ``n0`` into a forward one. Each iteration sets the stack tops to the end of its own
+        records, so the body's pops read them where they are; chained starts run up from
+        the start value. Afterwards the state is what the backward loop leaves."""
+        pad, pad1 = "    " * ind, "    " * (ind + 1)
+        head = [f"_e{h} = _n{h}", f"_n{h} = 0"]
+        head += [f"_{s}base{h} = _{s}sp - {c} * _e{h}" for s, c in sorted(pops.items()) if c]
+        head += [f"{cur} = {v}" for cur, v in sorted(starts.items())]
+        head += [f"while _n{h} < _e{h}:"]
+        new = [(pad + x, None) for x in head]
+        new += [(f"{pad1}_{s}sp = _{s}base{h} + {c} * (_n{h} + 1)", None)
+                for s, c in sorted(pops.items()) if c]
+        pending = None
+        for k in range(n0 + 2, len(code.lines)):
+            ln, loc = code.lines[k], code.locs.get(k + 1)
+            s = ln[len(pad1):]
+            m = _CHAIN_INI.match(s) if ln.startswith(pad1) else None
+            if m and m.group(2) in starts:
+                ln, pending = f"{pad1}{m.group(1)} = {m.group(2)}", m.group(3)
+            elif pending is not None and _CHAIN_CUR.match(s) and ln.startswith(pad1):
+                m2 = _CHAIN_CUR.match(s)
+                ln, pending = f"{pad1}{m2.group(1)} = {m2.group(2)} + {pending}", None
+            new.append((ln, loc))
+        new.append((f"{pad1}_n{h} += 1", None))
+        new.append((f"{pad}_n{h} = 0", None))
+        new += [(f"{pad}_{s}sp = _{s}base{h}", None) for s, c in sorted(pops.items()) if c]
+        new += [(f"{pad}{cur} = {v}", None) for cur, v in sorted(starts.items())]
+        code.locs = {k: v for k, v in code.locs.items() if k <= n0}
+        del code.lines[n0:]
+        for ln, loc in new:
+            code.lines.append(ln)
+            if loc is not None:
+                code.locs[len(code.lines)] = loc
 
     def s_adj_region(self, b: int, stop: int, ind: int, code: Code) -> None:
         noop = lambda q, i2: None   # noqa: E731

@@ -9,7 +9,7 @@ values of the argument kinds (and on the actual value of constant operands).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -461,3 +461,115 @@ def loops_of_blocks(fn: Function, loops: Dict[int, Set[int]]) -> Dict[int, Set[i
         for b in body:
             out[b].add(h)
     return out
+
+
+_LB_CAP = 64
+
+
+def int_lower_bounds(fn: Function, kinds: Dict[int, str]) -> Dict[int, int]:
+    """Var id -> a proven lower bound ``>= 0`` of that int (or bool) value.
+
+    A greatest fixpoint: every block parameter starts optimistic and is lowered to
+    the least bound of what its edges pass, statements take the bound their operation
+    gives (``+``, ``*``, ``//``, ``%``, ``-`` a constant, ``min``/``max``, ``len``,
+    shape entries). Values not proven non-negative are left out. Bounds are capped
+    at a small number so the iteration stops quickly on ``i - 1`` loops. Used to
+    index arrays with unsigned integers in compiled code, which spares numba's
+    negative-index wraparound (the value is the same). Function arguments are not
+    assumed non-negative; int64 overflow is not modelled.
+    """
+    import operator as _o
+    from .prims import Attr, GetItem, InPlace
+
+    def is_int(v) -> bool:
+        return kinds.get(v.id) in ("int", "bool")
+
+    defs: Dict[int, Any] = {}
+    shape_ids: Set[int] = set()
+    for blk in fn.iter_blocks():
+        for st in blk.stmts:
+            if st.var is None:
+                continue
+            if isinstance(st.expr.fn, Attr) and st.expr.fn.attr == "shape":
+                shape_ids.add(st.var.id)
+            if is_int(st.var):
+                defs[st.var.id] = st
+    lb: Dict[int, int] = {i: _LB_CAP for i in defs}
+    incoming: Dict[int, List[Any]] = {}
+    entry = fn.entry.id
+    for blk in fn.iter_blocks():
+        for target, args in blk.term.successors():
+            for p, a in zip(fn.blocks[target].params, args):
+                incoming.setdefault(p.id, []).append(a)
+    for blk in fn.iter_blocks():
+        if blk.id != entry:
+            for p in blk.params:
+                if is_int(p):
+                    lb[p.id] = _LB_CAP
+
+    def bound(a) -> Optional[int]:
+        """Lower bound of operand ``a``; constants give their (possibly negative) value."""
+        if isinstance(a, Undef):
+            return None
+        if isinstance(a, Const):
+            v = a.value
+            return int(v) if isinstance(v, (bool, int, np.integer)) else None
+        return lb.get(a.id)
+
+    def of_stmt(st) -> Optional[int]:
+        e = st.expr
+        f = e.fn.op if isinstance(e.fn, InPlace) else e.fn
+        if kinds.get(st.var.id) == "bool":
+            return 0
+        if e.kwargs:
+            return None
+        b = [bound(a) for a in e.args]
+        if f is len or (isinstance(f, Attr) and f.attr in ("size", "ndim")):
+            return 0
+        if isinstance(f, GetItem) and e.args and isinstance(e.args[0], Var) \
+                and e.args[0].id in shape_ids:
+            return 0
+        if len(b) == 2 and f in (_o.add, _o.mul, _o.sub, _o.floordiv, _o.mod):
+            x, y = b
+            if f is _o.mod:
+                return 0 if y is not None and y >= 0 else None
+            if f is _o.sub:
+                return x - y if x is not None and isinstance(e.args[1], Const) and y is not None \
+                    else None
+            if x is None or y is None or x < 0 or y < 0:
+                return None
+            if f is _o.add:
+                return x + y
+            if f is _o.mul:
+                return x * y
+            return 0                                  # floordiv of non-negatives
+        if f is min and b and all(x is not None for x in b):
+            return min(b)
+        if f is max and b and any(x is not None for x in b):
+            return max(x for x in b if x is not None)
+        return None
+
+    def settle(i: int, v: Optional[int]) -> bool:
+        v = None if v is None or v < 0 else min(v, _LB_CAP)
+        if v == lb.get(i):
+            return False
+        if v is None:
+            lb.pop(i, None)
+        else:
+            lb[i] = v
+        return True
+
+    changed = True
+    while changed:
+        changed = False
+        for blk in fn.iter_blocks():
+            if blk.id != entry:
+                for p in blk.params:
+                    if p.id in lb:
+                        bs = [bound(a) for a in incoming.get(p.id, [])]
+                        v = min(bs) if bs and all(x is not None for x in bs) else None
+                        changed |= settle(p.id, v)
+            for st in blk.stmts:
+                if st.var is not None and st.var.id in lb:
+                    changed |= settle(st.var.id, of_stmt(st))
+    return lb
