@@ -207,10 +207,12 @@ class ArrayMixin:
             if in_loop:
                 self.stmt_pushes[blk.id].append((info["old"], old_kind, id(st)))
             needed += [a for a in e.args[1:-1]]
-            needed.append(base)
             if self.is_view(e.args[-1]):
                 # the adjoint adds into the value's shadow, a view: its indices are needed
                 needed.append(e.args[-1])
+            # the adjoint finds the base's shadow and rewinds the write, but reads none of
+            # its contents: the write is recorded only if something else reads them
+            self.need_value(blk, base, contents=False)
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, InPlace) and self.is_arr(e.args[0]):
             info["kind"] = "inplace"
@@ -223,7 +225,10 @@ class ArrayMixin:
             info["old_kind"] = self.kind(base)
             if in_loop:
                 self.stmt_pushes[blk.id].append((info["old"], self.kind(base), id(st)))
-            needed += [base, e.args[1]]
+            needed.append(e.args[1])
+            # a += b and a -= b need the base only to find its shadow; a *= s and a /= s
+            # read its old contents (the adjoint of s)
+            self.need_value(blk, base, contents=fn.op in (operator.mul, operator.truediv))
             return self.finish_needed(blk, st, needed)
         if st.var is None or st.var.id not in self.p.active:
             # inactive: but an array created in a loop and written later must be restorable
@@ -318,18 +323,22 @@ class ArrayMixin:
         for a in needed:
             self.need_value(blk, a)
 
-    def need_value(self, blk, a) -> None:
+    def need_value(self, blk, a, contents: bool = True) -> None:
+        """The adjoint of ``blk`` uses ``a``: its value, or for an array written in place
+        only its identity (``contents=False``: to find its shadow or rewind a write)."""
         if not isinstance(a, Var) or self.recomputable(a, blk.id):
             return
         if self.is_view(a):
             st = self.al.view_of[a.id]
             for q in st.expr.args:
-                self.need_value(blk, q)
+                self.need_value(blk, q, contents)
             return
         if self.is_arr(a) and self.mutable(a):
             # written arrays are rewound and read in place: their writes (and, in a loop,
-            # their allocations) must be recorded even when no push is needed here
-            self.mark_read(a)
+            # their allocations) must be recorded when the adjoint reads their contents,
+            # even when no push is needed here
+            if contents:
+                self.mark_read(a)
             return
         if a.id not in self.p.defblock or not self.needs_push(blk.id, self.p.defblock[a.id]):
             return
