@@ -35,6 +35,8 @@ from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Sta
 from .arrays import inplace_src, zero_of
 from .closure import render, resolve_global
 
+STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward._find_loops)
+
 # numpy functions linear in their first (array) operand: the tangent is the same call
 _LINEAR = {np.sum, np.mean, np.transpose, np.reshape, np.ravel, np.copy, np.cumsum, np.real,
            np.imag, np.conj, np.conjugate, np.squeeze, np.expand_dims, np.flip, np.diag, np.trace}
@@ -341,14 +343,20 @@ class Forward:
         if isinstance(entry.term, Return):
             self.ret(entry.term, 1, code, loop=False)
         else:
+            self._find_loops()
             self.term(entry, 1, code)
             code.add(1, "while _blk >= 0:")     # not 'while True': see transform.primal()
             first = True
             for blk in fn.iter_blocks():
-                if blk.id == entry.id:
+                if blk.id == entry.id or blk.id in self.s_inner:
                     continue
                 code.add(2, f"{'if' if first else 'elif'} _blk == {blk.id}:")
                 first = False
+                if blk.id in self.s_loops:
+                    # a structured loop nest: one dispatch case
+                    X = self.s_loop(blk.id, 3, code)
+                    code.add(3, f"_blk = {X}")
+                    continue
                 for st in blk.stmts:
                     self.stmt(st, 3, code)
                 if isinstance(blk.term, Return):
@@ -388,7 +396,120 @@ class Forward:
                     out.add(a.id)
         return out
 
-    def edge(self, target: int, args, ind: int, code: Code) -> None:
+    # -- structured loops ------------------------------------------------------------------
+    def _find_loops(self) -> None:
+        """Loops emitted as real ``while True`` loops instead of dispatch cases: the exit is
+        at the header test (no ``break`` or ``return`` inside), and the body is blocks,
+        ``if``/``else`` diamonds (a branch and its immediate post-dominator) and nested
+        such loops.  Each transition of the dispatch loop is an indirect jump that LLVM
+        does not always thread, which made forward mode over a gradient (Hessians) several
+        times slower than the gradient."""
+        from .structured import StructuredMixin
+        self.s_loops: Dict[int, tuple] = {}     # header -> (in-loop successor, exit)
+        self.s_inner: Set[int] = set()          # blocks emitted inside a structured loop
+        if not STRUCTURED_LOOPS:
+            return
+        loops = self.p.loops
+        StructuredMixin._pdoms(self)           # self.ipdom
+        cand: Dict[int, tuple] = {}
+        for h in sorted(loops, key=lambda h: (len(loops[h]), h)):
+            body = loops[h]
+            t = self.fn.blocks[h].term
+            if not isinstance(t, Branch) or t.true == t.false:
+                continue
+            if t.true in body and t.false not in body:
+                B, X = t.true, t.false
+            elif t.false in body and t.true not in body:
+                B, X = t.false, t.true
+            else:
+                continue
+            if any(not self.fn.blocks[b].successors() or
+                   any(q not in body for q in self.fn.blocks[b].successors()) for b in body - {h}):
+                continue
+            if any(h2 != h and h2 in body and h2 not in cand for h2 in loops):
+                continue
+            seen: Set[int] = set()
+            if self._walk(B, h, seen, cand, body - {h}) and seen == body - {h}:
+                cand[h] = (B, X)
+        for h in cand:
+            if not any(h2 != h and h in loops[h2] for h2 in cand):
+                self.s_loops[h] = cand[h]
+                self.s_inner |= loops[h] - {h}
+        self.s_cand = cand
+
+    def _walk(self, b: int, stop: int, seen: Set[int], cand, allowed: Set[int]) -> bool:
+        """Is the region from ``b`` to ``stop`` structured (each block once)?"""
+        while b != stop:
+            if b not in allowed or b in seen:
+                return False
+            if b in cand:
+                inner = self.p.loops[b]
+                if inner & seen:
+                    return False
+                seen |= inner
+                b = cand[b][1]
+                continue
+            if b in self.p.loops:
+                return False
+            seen.add(b)
+            t = self.fn.blocks[b].term
+            if isinstance(t, Jump):
+                b = t.target
+                continue
+            if not isinstance(t, Branch) or t.true == t.false:
+                return False
+            m = self.ipdom.get(b)
+            if m is None or (m not in allowed and m != stop):
+                return False
+            if not (self._walk(t.true, m, seen, cand, allowed) and
+                    self._walk(t.false, m, seen, cand, allowed)):
+                return False
+            b = m
+        return True
+
+    def s_loop(self, h: int, ind: int, code: Code) -> int:
+        """``while True:`` header; exit test with the exit edge and ``break``; the body.
+        Returns the exit block."""
+        B, X = self.s_cand[h]
+        hb = self.fn.blocks[h]
+        t = hb.term
+        code.add(ind, "while True:")
+        for st in hb.stmts:
+            self.stmt(st, ind + 1, code)
+        inside_true = t.true == B
+        code.add(ind + 1, f"if {'not ' if inside_true else ''}{self.src(t.cond)}:")
+        self.edge(X, t.false_args if inside_true else t.true_args, ind + 2, code, goto=False)
+        code.add(ind + 2, "break")
+        self.edge(B, t.true_args if inside_true else t.false_args, ind + 1, code, goto=False)
+        self.s_region(B, h, ind + 1, code)
+        return X
+
+    def s_region(self, b: int, stop: int, ind: int, code: Code) -> None:
+        while b != stop:
+            if b in self.s_cand:
+                b = self.s_loop(b, ind, code)
+                continue
+            blk = self.fn.blocks[b]
+            for st in blk.stmts:
+                self.stmt(st, ind, code)
+            t = blk.term
+            if isinstance(t, Jump):
+                self.edge(t.target, t.args, ind, code, goto=False)
+                b = t.target
+                continue
+            m = self.ipdom[b]
+            code.add(ind, f"if {self.src(t.cond)}:")
+            for k, (tgt, args) in enumerate(((t.true, t.true_args), (t.false, t.false_args))):
+                if k == 1:
+                    code.add(ind, "else:")
+                n0 = len(code.lines)
+                self.edge(tgt, args, ind + 1, code, goto=False)
+                self.s_region(tgt, m, ind + 1, code)
+                if len(code.lines) == n0:
+                    code.add(ind + 1, "pass")
+            b = m
+
+    def edge(self, target: int, args, ind: int, code: Code, goto: bool = True) -> None:
         params = self.fn.blocks[target].params
         lhs, rhs = [], []
         for p, a in zip(params, args):
@@ -400,7 +521,8 @@ class Forward:
                            else f"np.zeros_like({self.src(a)})")
         if lhs:
             code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
-        code.add(ind, f"_blk = {target}")
+        if goto:
+            code.add(ind, f"_blk = {target}")
 
     def term(self, blk, ind: int, code: Code) -> None:
         t = blk.term
