@@ -22,6 +22,7 @@ from zyg import api
 from zyg.pullbacks.forward import Forward
 from zyg.pullbacks.transform import plan
 
+from benchmarks.higher import chained
 from test_property import load, points, programs, reliable_fd
 from test_relower import _settings
 
@@ -87,15 +88,6 @@ def test_loops_are_emitted_as_loops():
 
 
 def test_hessian_source_has_structured_loops():
-    def chained(x):
-        s = 0.0
-        for i in range(x.shape[0] - 1):
-            d = x[i + 1] - x[i] * x[i]
-            if d > 0.0:
-                s += 100.0 * d * d + (1.0 - x[i]) ** 2
-            else:
-                s += 50.0 * d * d + (1.0 - x[i]) ** 2
-        return s
     x = np.array([0.3, -0.5, 1.2, 0.8, -1.1])
     src = api._grad_source(chained, (x,), 0)
     text = jvp_source(src, (x,))

@@ -23,6 +23,7 @@ from zyg.ssa.lower import lower
 from zyg.ssa.passes import fold_int_compares, remove_redundant_params, run_pipeline, verify
 
 from conftest import assert_grad_matches, close
+from test_higher import loop_branch
 from test_property import load, points, programs, reliable_fd
 
 TARGETS = ("python", "cpu")
@@ -107,16 +108,6 @@ def test_dynamic_dispatch_keeps_its_tests():
 
 def _sizes(fn):
     return len(fn.order), sum(len(fn.blocks[b].params) for b in fn.order)
-
-
-def loop_branch(x, n):
-    r = x
-    for i in range(n):
-        if r > 1.0:
-            r = math.sin(r) * x
-        else:
-            r = r * r + x * math.exp(-r)
-    return r
 
 
 def test_second_order_source_lowers_to_the_size_of_the_first():

@@ -438,34 +438,10 @@ class Forward:
         self.s_cand = cand
 
     def _walk(self, b: int, stop: int, seen: Set[int], cand, allowed: Set[int]) -> bool:
-        """Is the region from ``b`` to ``stop`` structured (each block once)?"""
-        while b != stop:
-            if b not in allowed or b in seen:
-                return False
-            if b in cand:
-                inner = self.p.loops[b]
-                if inner & seen:
-                    return False
-                seen |= inner
-                b = cand[b][1]
-                continue
-            if b in self.p.loops:
-                return False
-            seen.add(b)
-            t = self.fn.blocks[b].term
-            if isinstance(t, Jump):
-                b = t.target
-                continue
-            if not isinstance(t, Branch) or t.true == t.false:
-                return False
-            m = self.ipdom.get(b)
-            if m is None or (m not in allowed and m != stop):
-                return False
-            if not (self._walk(t.true, m, seen, cand, allowed) and
-                    self._walk(t.false, m, seen, cand, allowed)):
-                return False
-            b = m
-        return True
+        """Is the region from ``b`` to ``stop`` structured (each block once)? The reverse
+        emitter's walk (it reads only ``fn``, ``p.loops`` and ``ipdom``)."""
+        from .structured import StructuredMixin
+        return StructuredMixin._walk(self, b, stop, seen, cand, allowed)
 
     def s_loop(self, h: int, ind: int, code: Code) -> int:
         """``while True:`` header; exit test with the exit edge and ``break``; the body.
