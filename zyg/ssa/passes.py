@@ -363,7 +363,6 @@ def fold_int_compares(fn: Function) -> Function:
     After threading, a dispatch loop's test chain is entered with a known block number
     (generated code lowered again); folding its tests leaves it unreachable."""
     changed = True
-    any_change = False
     while changed:
         changed = False
         subst: Dict[int, Operand] = {}
@@ -382,7 +381,7 @@ def fold_int_compares(fn: Function) -> Function:
             _substitute(fn, subst)
             fold_constant_branches(fn)
             remove_trivial_params(fn)
-            changed = any_change = True
+            changed = True
     return fn
 
 
