@@ -17,6 +17,7 @@ import numpy as np
 from .compile import compile_error, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .pullbacks.transform import emit_fused, emit_split, plan
+from .ssa.captured import hidden_kind_sig
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
 from .ssa.tuples import flatten_value, unflatten
 from .ssa.emit import _ident
@@ -48,10 +49,23 @@ def ssa_of(f: Any, statics: Optional[Dict[int, Any]] = None) -> Function:
     py = unwrap(f)
     key = (py, tuple(sorted(statics.items()))) if statics else py
     ir = _IR_CACHE.get(key)
-    if ir is None:
-        ir = run_pipeline(lower(py, statics))
+    if ir is None or not ir.reads.valid():
+        lowered = lower(py, statics)
+        ir = run_pipeline(lowered)
+        ir.reads = lowered.reads
         _IR_CACHE[key] = ir
     return ir
+
+
+def _with_hidden(ir: Function, args: Sequence[Any]) -> tuple:
+    """``args`` followed by the current values of ``ir``'s hidden parameters (the arrays
+    it reads from closures, globals and defaults), each checked like an argument."""
+    if not ir.reads.hidden:
+        return tuple(args)
+    vals = ir.reads.values()
+    for s, v in zip(ir.reads.hidden, vals):
+        _check_arg(v, f"the array {s.name!r} that {ir.name} reads")
+    return tuple(args) + vals
 
 
 def _is_static(a: Any) -> bool:
@@ -137,21 +151,31 @@ class _Specializer:
 
     def build_entry(self, args: Sequence[Any]) -> Callable:
         ir = ssa_of(self.f, self.statics)
-        if len(args) != len(ir.params):
-            raise TypeError(f"{ir.name}() takes {len(ir.params)} positional arguments "
+        if len(args) != ir.nargs:
+            raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments "
                             f"but {len(args)} were given")
         kinds = _kinds(args, ir.name)
+        full = _with_hidden(ir, args)
+        kinds += [kind_of_value(a) for a in full[len(args):]]
         wrap = wrapper_for(self.target)
-        self._args = args
+        self._args = full
         if self.mode == "pullback":
             entry = self._build_pullback(ir, kinds, wrap)
         else:
             entry = self._build_grad(ir, kinds, wrap)
         self._args = None
+        if ir.reads:
+            entry = _Guarded(entry, ir.reads, hidden_kind_sig(full[len(args):]), self)
         return entry
 
+    def rebuild(self, args: Sequence[Any]) -> Any:
+        """A guard failed (a helper, global or captured value changed): forget every
+        specialisation of this function, lower it again and call it."""
+        self.cache.clear()
+        return self.build(args)(*args)
+
     def _build_grad(self, ir: Function, kinds: List[str], wrap) -> Callable:
-        wrt, single = _normalise_argnums(self.argnums, len(ir.params))
+        wrt, single = _normalise_argnums(self.argnums, ir.nargs)
         value = self.mode == "value_and_grad"
         p = plan(ir, kinds, wrt, self.target)
         if p.ret_kind == "complex":
@@ -199,7 +223,8 @@ class _Specializer:
         return lambda *a: post(fn(*a))
 
     def _build_pullback(self, ir: Function, kinds: List[str], wrap) -> Callable:
-        wrt = list(range(len(ir.params)))
+        wrt = list(range(ir.nargs))      # not the hidden parameters
+        nhidden = len(ir.params) - ir.nargs
         p = plan(ir, kinds, wrt, self.target)
         flat = p.flat
         if flat is not None:
@@ -211,8 +236,9 @@ class _Specializer:
                                        self.target, stem)
         prim = _fast(_checked(prim, path, locs, ir.name), self._args)
         adj = _checked(adj, path, locs, ir.name)
-        slots = [i for i, k in enumerate(kinds) if differentiable(k)]
+        slots = [i for i, k in enumerate(kinds[:len(kinds) - nhidden]) if differentiable(k)]
         nargs = len(kinds)
+        nuser = ir.nargs
         ret_array = is_array(p.ret_kind)
         ret_complex = p.ret_kind == "complex"
 
@@ -251,12 +277,37 @@ class _Specializer:
                     out[s] = g if isinstance(g, np.ndarray) else \
                         complex(g) if kinds[s] == "complex" else float(g)
                 if flat is not None:
-                    return _regroup(out, flat.param_trees)
-                return tuple(out)
+                    return _regroup(out, flat.param_trees)[:nuser]
+                return tuple(out[:nuser])
             if flat is not None and flat.ret_tree is not None:
                 return unflatten(flat.ret_tree, list(y))[0], back
             return y, back
         return run
+
+
+class _Guarded:
+    """A specialisation of a function that reads values besides its arguments: checks
+    the guards of what was compiled in, passes the captured arrays' current values as
+    hidden trailing arguments, and rebuilds when either no longer matches."""
+
+    __slots__ = ("fn", "reads", "sig", "spec")
+
+    def __init__(self, fn, reads, sig, spec):
+        self.fn = fn
+        self.reads = reads
+        self.sig = sig
+        self.spec = spec
+
+    def __call__(self, *args):
+        reads = self.reads
+        if not reads.valid():
+            return self.spec.rebuild(args)
+        if not reads.hidden:
+            return self.fn(*args)
+        h = reads.values()
+        if hidden_kind_sig(h) != self.sig:
+            return self.spec.rebuild(args)
+        return self.fn(*args, *h)
 
 
 class _StaticDispatch:

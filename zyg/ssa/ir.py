@@ -198,6 +198,14 @@ class Function:
     filename: str = "<unknown>"
     firstlineno: int = 1
     argnames: List[str] = field(default_factory=list)
+    # what the function reads besides its arguments (zyg.ssa.captured.Reads): the arrays
+    # passed as trailing hidden parameters, and the guards of statically resolved values
+    reads: Any = None
+
+    @property
+    def nargs(self) -> int:
+        """The number of the user's parameters (the entry block's other ones are hidden)."""
+        return len(self.params) - (len(self.reads.hidden) if self.reads is not None else 0)
 
     @property
     def entry(self) -> Block:

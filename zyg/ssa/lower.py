@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Set
 import gast
 
 from ..errors import UnsupportedSyntax
+from .captured import _MISSING, Reads, Slot, is_stable_module
 from .ir import Block, Branch, Call, Const, Function, Jump, Loc, Operand, Return, Stmt, Undef, Var
 from .prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Recursive, Replace, SetItem, Stacked,
                     is_namedtuple_class)
@@ -215,15 +216,12 @@ class Closure:
         self.__name__ = getattr(node, "name", "<lambda>")
 
 
-def _cell_contents(pyfn) -> dict:
-    out = {}
-    if pyfn.__closure__:
-        for name, cell in zip(pyfn.__code__.co_freevars, pyfn.__closure__):
-            try:
-                out[name] = cell.cell_contents
-            except ValueError:
-                pass
-    return out
+def _cells(pyfn) -> dict:
+    """The closure cells of ``pyfn`` by free-variable name (read when the code is lowered,
+    and again at every call for the arrays among them)."""
+    if not pyfn.__closure__:
+        return {}
+    return dict(zip(pyfn.__code__.co_freevars, pyfn.__closure__))
 
 
 _SOURCES: Dict[Any, "_Source"] = {}
@@ -264,7 +262,10 @@ class Lowerer:
             raise UnsupportedSyntax(f"zyg can only transform Python functions, not {type(pyfn).__name__}")
         cells = getattr(self.pyfn, "_zyg_closure", None)
         self.f = _Frame(source_of(self.pyfn), self.pyfn.__globals__,
-                        cells if cells is not None else _cell_contents(self.pyfn), "", what=self.pyfn)
+                        cells if cells is not None else _cells(self.pyfn), "", what=self.pyfn)
+        self.reads = Reads()             # hidden parameters (captured arrays) and guards
+        self.hidden_vars: Dict[Any, Var] = {}
+        self.entry_id: Optional[int] = None
         self.frames: List[_Frame] = [self.f]   # the inlining stack
         self.ninline = 0
         self.nvar = 0
@@ -396,6 +397,7 @@ class Lowerer:
             raise self.unsupported(node, "keyword-only parameters are not supported")
         argnames = [a.id for a in args.posonlyargs + args.args]
         entry = self.new_block(node)
+        self.entry_id = entry
         self.sealed.add(entry)
         for i, name in enumerate(argnames):
             if i in self.statics:
@@ -426,8 +428,20 @@ class Lowerer:
         name = self.pyfn.__name__
         fn = Function(name if name != "<lambda>" else "lambda", self.blocks, self.order,
                       self.src.filename, self.src.loc(node).lineno,
-                      [a for i, a in enumerate(argnames) if i not in self.statics])
+                      [a for i, a in enumerate(argnames) if i not in self.statics] +
+                      [s.name for s in self.reads.hidden])
+        fn.reads = self.reads
         return fn
+
+    def hidden_param(self, slot: Slot) -> Var:
+        """The entry-block parameter through which the array read from ``slot`` is passed
+        (closure conversion: the array is fetched again at every call, never frozen)."""
+        v = self.hidden_vars.get(slot.ident())
+        if v is None:
+            v = self.new_param(self.entry_id, slot.name)
+            self.hidden_vars[slot.ident()] = v
+            self.reads.hidden.append(slot)
+        return v
 
     def _fill_edge_args(self) -> None:
         for b, preds in self.preds.items():
@@ -869,6 +883,14 @@ class Lowerer:
             if where == "var":
                 f_names.append(n)
                 f_ops.append(self._read(fr.prefix + n, self.cur))
+            elif self.global_slot(n, fr) is not None:
+                # the step is lowered later, on its own: its free names are guarded here, and
+                # a captured array is passed to it like a local (read at call time)
+                value = self.lookup_global(gast.Name(id=n, ctx=gast.Load(), annotation=None,
+                                                     type_comment=None), fr)
+                if isinstance(value, np.ndarray):
+                    f_names.append(n)
+                    f_ops.append(self.hidden_param(self.global_slot(n, fr)))
         step = self._step_function(st, t, carried, f_names)
         runner = LoopRunner(step, len(carried), carried + f_names, self.src.loc(st))
         z = self.emit(CkLoop(runner), [T, start, snaps] + c_ops + f_ops, st, "ckpt")
@@ -1030,10 +1052,13 @@ class Lowerer:
                                    "functions defined or passed in differentiated code can be "
                                    "called, or passed on to another function, but not stored or returned")
         value = self.lookup_global(node, x)
-        if isinstance(value, (int, float, bool, complex, np.ndarray)) or value is None or \
+        if isinstance(value, np.ndarray):
+            # read at call time through a hidden parameter (never differentiated)
+            return self.hidden_param(self.global_slot(node.id, x))
+        if isinstance(value, (int, float, bool, complex)) or value is None or \
                 isinstance(value, type) and issubclass(value, np.number):
-            # globals are frozen at compile time (as numba does) and never differentiated;
-            # numpy scalar types are dtype arguments (np.empty(n, np.float64))
+            # numbers are compiled in as constants, guarded by value (a rebinding to another
+            # value rebuilds the code); numpy scalar types are dtype arguments
             return Const(value)
         if isinstance(value, tuple) and all(isinstance(e, (int, float, bool, complex)) for e in value):
             return self.emit(MakeTuple(), [Const(e) for e in value], node)
@@ -1045,16 +1070,31 @@ class Lowerer:
     def expr_Name(self, node, hint) -> Operand:
         return self.read_name(node)
 
+    def global_slot(self, name: str, fr: _Frame) -> Optional[Slot]:
+        """Where the free name ``name`` of frame ``fr`` is read from (None: a builtin)."""
+        if name in fr.closure:
+            return Slot("cell", fr.closure[name], None, name)
+        if name in fr.globals:
+            return Slot("dict", fr.globals, name, name)
+        return None
+
     def lookup_global(self, node, frame: Optional[_Frame] = None) -> Any:
+        """The value of a free name; every value but an array (passed as a hidden
+        parameter) is recorded as a guard of the lowered code."""
         name = node.id
         fr = frame or self.f
-        if name in fr.closure:
-            return fr.closure[name]
-        if name in fr.globals:
-            return fr.globals[name]
-        if hasattr(builtins, name):
-            return getattr(builtins, name)
-        raise self.unsupported(node, f"name {name!r} is not defined")
+        slot = self.global_slot(name, fr)
+        if slot is None:
+            if hasattr(builtins, name):
+                return getattr(builtins, name)
+            raise self.unsupported(node, f"name {name!r} is not defined")
+        value = slot.get()
+        if value is _MISSING:
+            raise self.unsupported(node, f"free variable {name!r} is referenced before it is "
+                                         "assigned in the enclosing function")
+        if not isinstance(value, np.ndarray) and not is_stable_module(value, _LIBRARY_PACKAGES):
+            self.reads.guard(slot, value)
+        return value
 
     def static_value(self, node) -> Any:
         """Resolve a global name, a function-valued local, or an attribute chain
@@ -1065,15 +1105,27 @@ class Lowerer:
                 return x
             if where == "var":
                 return None
-            return self.lookup_global(node, x)
+            value = self.lookup_global(node, x)
+            # an array global is a run-time value (a hidden parameter), as are its attributes
+            return None if isinstance(value, np.ndarray) else value
         if isinstance(node, gast.Attribute):
             base = self.static_value(node.value)
             if base is None or isinstance(base, Closure):
                 return None
             try:
-                return getattr(base, node.attr)
+                value = getattr(base, node.attr)
             except AttributeError:
                 raise self.unsupported(node, f"{getattr(base, '__name__', base)!r} has no attribute {node.attr!r}")
+            if isinstance(base, types.ModuleType) and not is_stable_module(base, _LIBRARY_PACKAGES):
+                # an attribute of a user module (mylib.helper): rebinding it rebuilds the code
+                if isinstance(value, np.ndarray):
+                    raise self.unsupported(node, f"the module array {node.attr!r} is read through "
+                                                 "its module",
+                                           f"import it by name (from {base.__name__} import "
+                                           f"{node.attr}) or pass it as an argument")
+                self.reads.guard(Slot("dict", base.__dict__, node.attr,
+                                      f"{base.__name__}.{node.attr}"), value)
+            return value
         return None
 
     def function_value(self, node) -> Any:
@@ -1311,8 +1363,8 @@ class Lowerer:
             py = unwrap(fn)
             src = source_of(py)
             fdef, parent, what = src.node, None, py
-            glob, cells = py.__globals__, _cell_contents(py)
-            defaults = [self.python_value(v, node) for v in (py.__defaults__ or ())]
+            glob, cells = py.__globals__, _cells(py)
+            defaults = [self.default_value(py, k, v, node) for k, v in enumerate(py.__defaults__ or ())]
             kwdefaults = {k: self.python_value(v, node) for k, v in (py.__kwdefaults__ or {}).items()}
             name = py.__qualname__
         if any(fr.what is what for fr in self.frames):
@@ -1416,6 +1468,15 @@ class Lowerer:
             raise self.unsupported(node, f"recursive call of {name!r}: keyword-only parameters "
                                          "are not supported in recursive functions")
         return self.emit(Recursive(unwrap(fn)), args, node, hint)
+
+    def default_value(self, py, k: int, v: Any, node) -> Any:
+        """The ``k``-th default value of the inlined function ``py``: an array is read at
+        call time (a hidden parameter); anything else is a guarded constant."""
+        slot = Slot("default", py, k, f"{py.__qualname__}.__defaults__[{k}]")
+        if isinstance(v, np.ndarray):
+            return self.hidden_param(slot)
+        self.reads.guard(slot, v)
+        return self.python_value(v, node)
 
     def python_value(self, v: Any, node) -> Any:
         """A Python default value as an operand, or a function passed statically."""
