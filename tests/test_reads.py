@@ -297,3 +297,49 @@ def test_second_process_sees_edited_sources(tmp_path):
             assert got[2] == pytest.approx(want[2]), (t, line)
             assert got[3] == pytest.approx(want[3]), (t, line)
             assert tuple(got[4]) == pytest.approx(want[4]), (t, line)
+
+
+# -- the other transforms read captured arrays at call time too ------------------------------
+D = np.array([1.0, 2.0, 3.0])
+
+
+def _dq(x):
+    return np.sum(D * x * x)
+
+
+def _dscal(z):
+    return z * z * D[1]
+
+
+def _grad_inside(y):
+    g = zyg.grad(_dq)(y)
+    return np.sum(g * g)
+
+
+def _ck_over_global(y):
+    s = y.copy()
+    for i in zyg.checkpointed_range(4, snapshots=2):
+        s = s * D
+    return np.sum(s)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_transforms_read_captured_arrays_at_call_time(target):
+    x = np.array([0.5, 1.0, 1.5])
+    v = np.array([1.0, 0.0, 0.0])
+    old = D.copy()
+    try:
+        for scale in (1.0, 5.0):
+            D[:] = old * scale
+            y, t = zyg.jvp(_dq, (x,), (v,), target=target)
+            assert (y, t) == pytest.approx((np.sum(D * x * x), 2 * D[0] * x[0]))
+            np.testing.assert_allclose(zyg.hvp(_dq, x, v, target=target), 2 * D * v, rtol=1e-12)
+            np.testing.assert_allclose(zyg.hessian(_dq, target=target)(x), np.diag(2 * D), rtol=1e-12)
+            np.testing.assert_allclose(zyg.jacobian(lambda y: D * y * y, target=target)(x),
+                                       np.diag(2 * D * x), rtol=1e-12)
+            np.testing.assert_allclose(zyg.grad(_grad_inside, target=target)(x), 8 * D * D * x,
+                                       rtol=1e-12)
+            np.testing.assert_allclose(zyg.grad(_ck_over_global, target=target)(x), D ** 4, rtol=1e-12)
+            assert zyg.grad(zyg.grad(_dscal), target=target)(1.0) == pytest.approx(2 * D[1])
+    finally:
+        D[:] = old

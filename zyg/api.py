@@ -701,14 +701,18 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     py = unwrap(f)
     name = getattr(py, "__name__", "f")
     kinds = _kinds(primals, name)
-    key = (py, target, tuple(kinds))
+    ir = ssa_of(f)
+    if len(primals) != ir.nargs:
+        raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments "
+                        f"but {len(primals)} were given")
+    nuser = len(primals)
+    primals = _with_hidden(ir, primals)
+    tangents = tangents + (None,) * (len(primals) - nuser)
+    kinds += [kind_of_value(a) for a in primals[nuser:]]
+    key = (py, target, tuple(kinds), ir.reads)
     entry = _JVPS.get(key)
     if entry is None:
-        ir = ssa_of(f)
-        if len(primals) != len(ir.params):
-            raise TypeError(f"{ir.name}() takes {len(ir.params)} positional arguments "
-                            f"but {len(primals)} were given")
-        p = plan(ir, kinds, [i for i, k in enumerate(kinds) if differentiable(k)], target)
+        p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], target)
         check_forward_kinds(p)
         fwd = Forward(p, wrapper_for(target))
         stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
@@ -767,7 +771,15 @@ def _grad_source(f: Callable, args: Sequence[Any], argnum: int) -> Callable:
     """A plain Python function (generated source on disk) computing the gradient of ``f``
     w.r.t. argument ``argnum`` at arguments of these kinds: the recording primal, then
     the adjoint.  zyg can transform it again (forward over reverse)."""
-    return _grad_source_of_kinds(f, _kinds(args, ssa_of(f).name), argnum)
+    ir = ssa_of(f)
+    return _grad_source_of_kinds(f, _kinds(_with_hidden(ir, args), ir.name), argnum)
+
+
+def _full_args(f: Callable, args: Sequence[Any]) -> tuple:
+    """``args`` and the hidden arguments of ``f`` (the innermost function of a transform)."""
+    while hasattr(f, "_zyg"):
+        f = f._zyg.f
+    return _with_hidden(ssa_of(f), args)
 
 
 def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Callable:
@@ -775,13 +787,15 @@ def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Cal
     from .ssa.emit import var_name
     ir = ssa_of(f)
     kinds = list(kinds)
-    key = (unwrap(f), tuple(kinds), argnum)
+    key = (unwrap(f), tuple(kinds), argnum, ir.reads)
     fn = _GRAD_SOURCES.get(key)
     if fn is not None:
         return fn
     if any(is_tuple(k) for k in kinds):
         raise TypeMismatch(f"{ir.name}: higher-order derivatives of functions of tuples are not "
                            "supported yet")
+    if len(kinds) != len(ir.params):
+        raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments")
     p = plan(ir, kinds, [argnum], "python")
     if not differentiable(kinds[argnum]):
         raise TypeMismatch(f"argument {argnum} of {ir.name} is not differentiable ({kinds[argnum]})")
@@ -810,14 +824,16 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
     generated code (one call from Python)."""
     from .pullbacks.forward import Forward, check_forward_kinds
     from .ssa.emit import var_name
+    nuser = len(args)
+    args = _full_args(f, args)
     kinds = _kinds(args, getattr(unwrap(f), "__name__", "f"))
-    key = (unwrap(f), tuple(kinds), argnum, target)
+    key = (unwrap(f), tuple(kinds), argnum, target, ssa_of(f).reads)
     got = _HESS.get(key)
     if got is not None:
         return got
-    inner = _grad_source(f, args, argnum)
+    inner = _grad_source(f, args[:nuser], argnum)
     ir = ssa_of(inner)
-    p = plan(ir, kinds, [i for i, k in enumerate(kinds) if differentiable(k)], target)
+    p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], target)
     check_forward_kinds(p)
     fwd = Forward(p, wrapper_for(target))
     stem = f"{_ident(ir.name)}_h"
@@ -871,7 +887,7 @@ def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
             raise TypeMismatch(f"hvp: v has shape {v.shape}, x has shape {x.shape}")
     else:
         v = float(v)
-    return _run_compiled(slot, 1, args + (v,))
+    return _run_compiled(slot, 1, _full_args(f, args) + (v,))
 
 
 def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
@@ -886,7 +902,7 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
         x = args[a]
         if isinstance(x, np.ndarray) and x.ndim != 1:
             raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
-        return _run_compiled(_second_order(f, args, a, target), 0, tuple(args))
+        return _run_compiled(_second_order(f, args, a, target), 0, _full_args(f, args))
     h.__name__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
     return h
 
@@ -909,7 +925,7 @@ def _derivative_source(G: Callable, args: Sequence[Any]) -> Callable:
         if not isinstance(args[a], (float, np.floating)):
             raise TypeMismatch("nested derivatives of order 3 and more are taken w.r.t. float "
                                "arguments")
-        return _jvp_source(inner, args, a)
+        return _jvp_source(inner, _full_args(spec.f, args), a)
     return _grad_source(spec.f, args, a)
 
 
@@ -922,7 +938,7 @@ def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
     from .ssa.emit import var_name
     ir = ssa_of(fn)
     kinds = _kinds(args, ir.name)
-    key = (fn, tuple(kinds), b)
+    key = (fn, tuple(kinds), b, ir.reads)
     out = _JVP_SOURCES.get(key)
     if out is not None:
         return out
@@ -949,6 +965,8 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     def g(*args):
         nums, single = _normalise_argnums(argnums, len(args))
         src = _derivative_source(G, args)
+        nuser = len(args)
+        args = _full_args(G, args)         # the innermost function's hidden arguments too
         none = [None] * len(args)
         y = None
         outs = []
@@ -980,6 +998,7 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
                                "must be w.r.t. a float for a nested grad")
         if y is None and value:
             y = src(*args)
+        del nuser
         res = outs[0] if single else tuple(outs)
         return (y, res) if value else res
     g.__doc__ = doc

@@ -59,6 +59,18 @@ def check_kinds(carried: List[str], free: List[str], names: List[str], loc) -> N
 PACKED_KIND = array_kind(np.float64, 1)
 
 
+def _no_hidden(ir, step) -> None:
+    """The step's own arrays from closures and globals are passed to it as free values by
+    the lowering; one read by a function the step calls is not (yet): say so."""
+    if ir.reads.hidden:
+        names = ", ".join(repr(s.name) for s in ir.reads.hidden)
+        raise TypeMismatch(f"checkpointed loop: a function called in the loop body reads the "
+                           f"array(s) {names} from a closure or a global; zyg cannot pass them "
+                           f"into a checkpointed step yet", ir.filename, ir.firstlineno, None,
+                           hint="read the array in the loop body itself, or pass it to the "
+                                "function as an argument")
+
+
 def part_kind(k: str) -> str:
     return "float" if k == "int" else k
 
@@ -138,6 +150,7 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     from ..compile import load, wrapper_for
     from .transform import emit_split, plan
     ir = ssa_of(step)
+    _no_hidden(ir, step)
     skinds = ["int"] + list(kinds)
     m = len(kinds) - n
     stem = _ident(ir.name)
@@ -262,6 +275,7 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     from .forward import Forward
     from .transform import plan
     ir = ssa_of(step)
+    _no_hidden(ir, step)
     skinds = ["int"] + list(kinds)
     stem = _ident(ir.name) + "_tan"
     p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], target)

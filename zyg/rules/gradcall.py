@@ -37,17 +37,18 @@ from ..ssa.prims import Prim
 class GradOf(Prim):
     """The primitive ``zyg.grad(fn, argnums=argnum)`` applied to ``fn``'s arguments."""
 
-    def __init__(self, fn: Any, argnum: int):
+    def __init__(self, fn: Any, argnum: int, nargs: int):
         self.fn = fn
         self.argnum = argnum
+        self.nargs = nargs      # the user's arguments; ``fn``'s hidden ones follow them
         self.name = f"zyg.grad({getattr(fn, '__name__', 'f')}, argnums={argnum})"
 
     def _key(self):
-        return (id(self.fn), self.argnum)
+        return (id(self.fn), self.argnum, self.nargs)
 
     def __call__(self, *args):
         from ..api import grad
-        return grad(self.fn, argnums=self.argnum, target="python")(*args)
+        return grad(self.fn, argnums=self.argnum, target="python")(*args[:self.nargs])
 
     def result_kind_of(self, kinds: Sequence[str]) -> Optional[str]:
         """The gradient has the kind of the argument it is taken w.r.t."""
@@ -128,7 +129,7 @@ def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable
     from ..compile import load, wrapper_for
     from ..pullbacks.transform import emit_split, plan
     from ..ssa.emit import var_name
-    key = (g, tuple(kinds), a, target)
+    key = (g, tuple(kinds), a, target, ssa_of(g).reads)
     fn = _GRADS.get(key)
     if fn is not None:
         return fn
@@ -167,7 +168,7 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
     from ..pullbacks.forward import Forward, check_forward_kinds
     from ..pullbacks.transform import plan
     from ..ssa.emit import var_name
-    key = (g, tuple(kinds), b, on, target)
+    key = (g, tuple(kinds), b, on, target, ssa_of(g).reads)
     fn = _TANGENTS.get(key)
     if fn is not None:
         return fn
@@ -286,7 +287,12 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
     if not -n <= int(argnums) < n:
         raise lw.unsupported(where, f"argnums {int(argnums)} out of range for {n} arguments")
     args = [lw.expr(x) for x in node.args]
-    return lw.emit(GradOf(py, int(argnums) % n), args, node, hint)
+    # g's guards are guards of the calling code too, and the arrays g reads from its
+    # closure and globals are passed on from the caller's hidden parameters
+    reads = api.ssa_of(py).reads
+    lw.reads.merge(reads)
+    args += [lw.hidden_param(s) for s in reads.hidden]
+    return lw.emit(GradOf(py, int(argnums) % n, n), args, node, hint)
 
 
 def _static_int(lw, node) -> Any:
