@@ -17,7 +17,7 @@ import numpy as np
 from .compile import compile_error, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .pullbacks.transform import emit_fused, emit_split, plan
-from .ssa.captured import hidden_kind_sig
+from .ssa.captured import hidden_kind_sig, make_caller
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
 from .ssa.tuples import flatten_value, unflatten
 from .ssa.emit import _ident
@@ -165,7 +165,7 @@ class _Specializer:
             entry = self._build_grad(ir, kinds, wrap)
         self._args = None
         if ir.reads:
-            entry = _Guarded(entry, ir.reads, hidden_kind_sig(full[len(args):]), self)
+            entry = _guarded(entry, ir.reads, hidden_kind_sig(full[len(args):]), self)
         return entry
 
     def rebuild(self, args: Sequence[Any]) -> Any:
@@ -285,29 +285,13 @@ class _Specializer:
         return run
 
 
-class _Guarded:
+def _guarded(fn, reads, sig, spec) -> Callable:
     """A specialisation of a function that reads values besides its arguments: checks
     the guards of what was compiled in, passes the captured arrays' current values as
     hidden trailing arguments, and rebuilds when either no longer matches."""
-
-    __slots__ = ("fn", "reads", "sig", "spec")
-
-    def __init__(self, fn, reads, sig, spec):
-        self.fn = fn
-        self.reads = reads
-        self.sig = sig
-        self.spec = spec
-
-    def __call__(self, *args):
-        reads = self.reads
-        if not reads.valid():
-            return self.spec.rebuild(args)
-        if not reads.hidden:
-            return self.fn(*args)
-        h = reads.values()
-        if hidden_kind_sig(h) != self.sig:
-            return self.spec.rebuild(args)
-        return self.fn(*args, *h)
+    def slow(args):
+        return spec.rebuild(args)
+    return make_caller(reads, fn, sig, slow)
 
 
 class _StaticDispatch:

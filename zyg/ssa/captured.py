@@ -140,6 +140,36 @@ class Reads:
         return [s.name for s, v in self.guards.values() if not same(s.get(), v)]
 
 
+def make_caller(reads: "Reads", fn, sig: tuple, slow):
+    """One generated Python function that checks ``reads``' guards, fetches the hidden
+    values, checks they still have the types ``sig`` the code was compiled for, and calls
+    ``fn(*args, *hidden)``; on any mismatch it calls ``slow(args)`` instead."""
+    ns: Dict[str, Any] = {"_MISSING": _MISSING, "_cell": _cell, "_default": _default,
+                          "_fn": fn, "_slow": slow, "_ndarray": np.ndarray}
+    conds, lines, hs = [], [], []
+    for i, (s, v) in enumerate(reads.guards.values()):
+        ns[f"g{i}"], ns[f"v{i}"] = s.obj, v
+        conds.append(f"{s.expr(f'g{i}')} is v{i}")
+    for i, (s, k) in enumerate(zip(reads.hidden, sig)):
+        ns[f"o{i}"] = s.obj
+        lines.append(f"    h{i} = {s.expr(f'o{i}')}")
+        if isinstance(k, tuple):
+            ns[f"k{i}"] = k
+            lines.append(f"    if type(h{i}) is not _ndarray or (h{i}.dtype.num, h{i}.ndim) != k{i}:")
+        else:
+            ns[f"k{i}"] = k
+            lines.append(f"    if type(h{i}) is not k{i}:")
+        lines.append("        return _slow(args)")
+        hs.append(f"h{i}")
+    src = "def call(*args):\n"
+    if conds:
+        src += f"    if not ({' and '.join(conds)}):\n        return _slow(args)\n"
+    src += "\n".join(lines) + ("\n" if lines else "")
+    src += f"    return _fn(*args{''.join(', ' + h for h in hs)})\n"
+    exec(src, ns)
+    return ns["call"]
+
+
 def _compile_reader(slots: List[Slot], name: str):
     ns: Dict[str, Any] = {"_MISSING": _MISSING, "_cell": _cell, "_default": _default}
     parts = []
