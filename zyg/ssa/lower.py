@@ -61,7 +61,7 @@ _UNSUPPORTED_STMT_HINTS = {
     "AsyncWith": "async code is not supported",
     "AsyncFor": "async code is not supported",
     "AsyncFunctionDef": "async code is not supported",
-    "Global": "differentiated functions may read globals (frozen at compile time) but not write them",
+    "Global": "differentiated functions may read globals (at call time) but not rebind them",
     "Nonlocal": "differentiated functions may not write variables of an enclosing function",
     "ClassDef": "define classes outside the differentiated function",
     "Delete": "'del' is not supported; just stop using the variable",
