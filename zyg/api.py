@@ -646,9 +646,9 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
     import sys
     ir = ssa_of(f)
     if not args:
-        args = tuple(1.0 for _ in ir.params)
-    kinds = _kinds(args, ir.name)
-    wrt, _ = _normalise_argnums(argnums, len(ir.params))
+        args = tuple(1.0 for _ in range(ir.nargs))
+    kinds = _kinds(_with_hidden(ir, args), ir.name)
+    wrt, _ = _normalise_argnums(argnums, ir.nargs)
     p = plan(ir, kinds, wrt, "python")
     name = _ident(ir.name)
     code, _, _, _ = emit_split(p, name, lambda o: o)
