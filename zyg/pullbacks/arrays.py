@@ -207,9 +207,8 @@ class ArrayMixin:
             if in_loop:
                 self.stmt_pushes[blk.id].append((info["old"], old_kind, id(st)))
             needed += [a for a in e.args[1:-1]]
-            if self.is_view(e.args[-1]):
-                # the adjoint adds into the value's shadow, a view: its indices are needed
-                needed.append(e.args[-1])
+            # the adjoint adds into the value's shadow, maybe a view: its indices are needed
+            self.need_shadow(blk, e.args[-1])
             # the adjoint finds the base's shadow and rewinds the write, but reads none of
             # its contents: the write is recorded only if something else reads them
             self.need_value(blk, base, contents=False)
@@ -255,6 +254,7 @@ class ArrayMixin:
         if isinstance(fn, GetItem):
             info["kind"] = "read"
             needed += list(e.args[1:])
+            self.need_shadow(blk, e.args[0])     # the adjoint adds into the base's shadow
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, (Attr, MakeTuple)):
             raise self.err(st, f"{callee_name(fn)} of a differentiated value is not supported")
@@ -284,6 +284,8 @@ class ArrayMixin:
                 needed.append(st.var)
             else:
                 needed.append(e.args[int(u[1:])])
+        for i in active_ops:
+            self.need_shadow(blk, e.args[i])      # the adjoint accumulates into their shadows
         self.prepare_loop_alloc(blk, st, info)
         self.finish_needed(blk, st, needed)
 
@@ -318,6 +320,25 @@ class ArrayMixin:
         nd = array_ndim(k) - spec.count("i") + spec.count("n")
         return elem_kind(k) if nd == 0 else array_kind(array_dtype(k), nd)
 
+    def view_operands(self, st: Stmt) -> List[Any]:
+        """The operands besides the base that ``view_src`` reads to apply the view
+        statement ``st`` again: the indices of ``a[i]``, the shape of a reshape."""
+        fn = st.expr.fn
+        if isinstance(fn, GetItem) or fn is np.reshape:
+            return list(st.expr.args[1:])
+        return []
+
+    def need_shadow(self, blk, a) -> None:
+        """The adjoint of ``blk`` finds the shadow of array ``a``. A root's shadow is a
+        buffer with a fixed name; a view's is the same view of its base's shadow, so the
+        view's indices (``W = P[2 * k]`` rebound in an outer loop and read in an inner one)
+        must be the instance the primal used there: popped or recomputed like any value."""
+        while isinstance(a, Var) and self.is_view(a):
+            st = self.al.view_of[a.id]
+            for q in self.view_operands(st):
+                self.need_value(blk, q)
+            a = st.expr.args[0]
+
     def finish_needed(self, blk, st: Stmt, needed: List[Any]) -> None:
         """Record pushes for values the adjoint reads in ``blk`` (scalars, functional arrays)."""
         for a in needed:
@@ -330,8 +351,9 @@ class ArrayMixin:
             return
         if self.is_view(a):
             st = self.al.view_of[a.id]
-            for q in st.expr.args:
-                self.need_value(blk, q, contents)
+            for q in self.view_operands(st):
+                self.need_value(blk, q)
+            self.need_value(blk, st.expr.args[0], contents)
             return
         if self.is_arr(a) and self.mutable(a):
             # written arrays are rewound and read in place: their writes (and, in a loop,
@@ -392,7 +414,7 @@ class ArrayMixin:
         if self.is_arr(a):
             if self.is_view(a):
                 st = self.al.view_of[a.id]
-                return all(self.remat(q, blk_id) for q in st.expr.args)
+                return all(self.remat(q, blk_id) for q in [st.expr.args[0]] + self.view_operands(st))
             return self.mutable(a) or not self.needs_push(blk_id, db)
         if not self.needs_push(blk_id, db):
             return True
@@ -522,7 +544,7 @@ class ArrayMixin:
         if self.is_view(a):
             st = self.al.view_of[a.id]
             base = self.arr_value(st.expr.args[0], local)
-            return self.view_src(st, base, [self.value_ref(q, local) for q in st.expr.args[1:]])
+            return self.view_src(st, base, [self.value_ref(q, local) for q in self.view_operands(st)])
         n = var_name(a)
         if n in local:
             return local[n]
@@ -534,7 +556,7 @@ class ArrayMixin:
         if self.is_view(a):
             st = self.al.view_of[a.id]
             base = self.shadow(st.expr.args[0], local)
-            return self.view_src(st, base, [self.value_ref(q, local) for q in st.expr.args[1:]])
+            return self.view_src(st, base, [self.value_ref(q, local) for q in self.view_operands(st)])
         n = self.dname(a)
         self.adj_uses.add(n)
         return n
@@ -543,7 +565,7 @@ class ArrayMixin:
         if self.is_view(a):
             st = self.al.view_of[a.id]
             base = self.shadow_primal(st.expr.args[0])
-            return self.view_src(st, base, [self.src(q) for q in st.expr.args[1:]])
+            return self.view_src(st, base, [self.src(q) for q in self.view_operands(st)])
         return self.dname(a)
 
     def accumulate(self, target, expr: str, ne: int, local: Dict[str, str], ind: int,
