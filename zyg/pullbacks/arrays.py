@@ -117,6 +117,21 @@ class ArrayMixin:
         for vid, v in self.arr_vars.items():
             if vid in self.p.active and vid not in self.al.view_of:
                 self.shadow_roots[vid] = v
+        # Unwritten views passed along an edge (``r = A[k]`` chosen in a branch, or carried
+        # by a loop) own a buffer too: the edge hands the parameter's cotangent to it, and
+        # the reverse of the view's definition adds it into the base's shadow, where the
+        # view's indices are those of its own block (found like any value there). The edge
+        # itself is reversed before that block, where those indices are not known.
+        self.buffered_views: Set[int] = set()
+        for blk in self.fn.iter_blocks():
+            for k, p in enumerate(blk.params):
+                if not self.arr_active(p) or self.mutable(p):
+                    continue
+                for q in self.p.preds[blk.id]:
+                    a = self.edge_args(q, blk.id)[k]
+                    if self.is_view(a) and self.arr_active(a) and not self.mutable(a):
+                        self.buffered_views.add(a.id)
+                        self.shadow_roots[a.id] = a
         self.check_params()
         for blk in self.fn.iter_blocks():
             self.stmt_pushes[blk.id] = []
@@ -124,6 +139,7 @@ class ArrayMixin:
             for st in blk.stmts:
                 if self.is_array_stmt(st):
                     self.prepare_array_stmt(blk, st)
+
         self.skip_unread_records()
         for blk in self.fn.iter_blocks():
             for item in self.stmt_pushes[blk.id] + self.arr_pushes[blk.id]:
@@ -239,6 +255,10 @@ class ArrayMixin:
                            hint="unpack the values into separate variables")
         if any(isinstance(v, Var) and v.id in self.p.active for v in e.kwargs.values()):
             raise self.err(st, f"keyword arguments of {callee_name(fn)} must not depend on the inputs")
+        if st.var.id in self.buffered_views:
+            info["kind"] = "viewbuf"   # its buffer is added into the base's shadow
+            self.need_shadow(blk, st.var)
+            return
         if self.is_view(st.var):
             info["kind"] = "view"      # no adjoint: the shadow is a view of the base's shadow
             return
@@ -339,6 +359,27 @@ class ArrayMixin:
                 self.need_value(blk, q)
             a = st.expr.args[0]
 
+    def tuple_parts(self, a) -> Optional[List[Any]]:
+        """What a tuple value left after scalar replacement (the shape of a reshape or
+        of np.zeros) is made from: the entries of ``(n, m)``, or the array of ``b.shape``.
+        None for anything else."""
+        d = self.def_stmt(a)
+        if d is None:
+            return None
+        e = d[2].expr
+        if isinstance(e.fn, MakeTuple):
+            return list(e.args)
+        if isinstance(e.fn, Attr) and e.fn.attr == "shape" and self.is_arr(e.args[0]):
+            return [e.args[0]]
+        return None
+
+    def tuple_src(self, a: Var, local: Dict[str, str]) -> str:
+        """The tuple ``a`` rebuilt in the adjoint from its parts (see ``tuple_parts``)."""
+        e = self.def_stmt(a)[2].expr
+        if isinstance(e.fn, Attr):
+            return f"{self.arr_value(e.args[0], local)}.shape"
+        return "(" + "".join(self.value_ref(q, local) + ", " for q in e.args) + ")"
+
     def finish_needed(self, blk, st: Stmt, needed: List[Any]) -> None:
         """Record pushes for values the adjoint reads in ``blk`` (scalars, functional arrays)."""
         for a in needed:
@@ -355,6 +396,12 @@ class ArrayMixin:
                 self.need_value(blk, q)
             self.need_value(blk, st.expr.args[0], contents)
             return
+        if is_tuple(self.kind(a)):
+            parts = self.tuple_parts(a)
+            if parts is not None:       # a shape (n, m): its entries, popped or recomputed
+                for q in parts:
+                    self.need_value(blk, q, contents=False)
+                return
         if self.is_arr(a) and self.mutable(a):
             # written arrays are rewound and read in place: their writes (and, in a loop,
             # their allocations) must be recorded when the adjoint reads their contents,
@@ -553,7 +600,7 @@ class ArrayMixin:
 
     def shadow(self, a, local: Dict[str, str]) -> str:
         """The shadow of array ``a`` in the adjoint (a view of its base's shadow for views)."""
-        if self.is_view(a):
+        if self.is_view(a) and a.id not in self.buffered_views:
             st = self.al.view_of[a.id]
             base = self.shadow(st.expr.args[0], local)
             return self.view_src(st, base, [self.value_ref(q, local) for q in self.view_operands(st)])
@@ -562,7 +609,7 @@ class ArrayMixin:
         return n
 
     def shadow_primal(self, a) -> str:
-        if self.is_view(a):
+        if self.is_view(a) and a.id not in self.buffered_views:
             st = self.al.view_of[a.id]
             base = self.shadow_primal(st.expr.args[0])
             return self.view_src(st, base, [self.src(q) for q in self.view_operands(st)])
@@ -814,6 +861,14 @@ class ArrayMixin:
                     old = local.get(info["old"], info["old"])
             if not info.get("skip_old"):
                 code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
+            return
+        if kind == "viewbuf":
+            base = st.expr.args[0]
+            if base.id in self.p.active:
+                ops = [self.value_ref(q, local) for q in self.view_operands(st)]
+                target = self.view_src(st, self.shadow(base, local), ops)
+                code.add(ind, inplace_src(target, "+", self.dname(st.var)), st.loc)
+            self.consume(st.var, loop, ind, code)
             return
         if kind in ("plain", "view", "source"):
             if kind == "source":

@@ -984,6 +984,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         if n in local:
             return local[n]
         cur = getattr(self, "_adj_blk", None)
+        if cur is not None and is_tuple(self.kind(a)) and a.id in self.p.defblock and \
+                self.needs_push(cur, self.p.defblock[a.id]) and self.tuple_parts(a) is not None:
+            return self.tuple_src(a, local)     # the scope holds the last iteration's tuple
         if cur is not None and a.id in self.p.defblock and \
                 self.needs_push(cur, self.p.defblock[a.id]) and self.remat(a, cur):
             return self.remat_src(a, local)
