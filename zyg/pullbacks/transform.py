@@ -147,6 +147,10 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
 def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan:
     kinds = infer_kinds(fn, argkinds)
     fn = specialize(fn, kinds)
+    from .ckmut import expand_checkpoints
+    if expand_checkpoints(fn, kinds):       # blocks that write their arguments, tuple results
+        kinds = infer_kinds(fn, argkinds)
+        fn = specialize(fn, kinds)
     kinds = infer_kinds(fn, argkinds)
     check_kinds(fn, kinds)
     flat = None
