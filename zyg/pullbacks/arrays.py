@@ -117,6 +117,21 @@ class ArrayMixin:
         for vid, v in self.arr_vars.items():
             if vid in self.p.active and vid not in self.al.view_of:
                 self.shadow_roots[vid] = v
+        # Unwritten views passed along an edge (``r = A[k]`` chosen in a branch, or carried
+        # by a loop) own a buffer too: the edge hands the parameter's cotangent to it, and
+        # the reverse of the view's definition adds it into the base's shadow, where the
+        # view's indices are those of its own block (found like any value there). The edge
+        # itself is reversed before that block, where those indices are not known.
+        self.buffered_views: Set[int] = set()
+        for blk in self.fn.iter_blocks():
+            for k, p in enumerate(blk.params):
+                if not self.arr_active(p) or self.mutable(p):
+                    continue
+                for q in self.p.preds[blk.id]:
+                    a = self.edge_args(q, blk.id)[k]
+                    if self.is_view(a) and self.arr_active(a) and not self.mutable(a):
+                        self.buffered_views.add(a.id)
+                        self.shadow_roots[a.id] = a
         self.check_params()
         for blk in self.fn.iter_blocks():
             self.stmt_pushes[blk.id] = []
@@ -124,6 +139,7 @@ class ArrayMixin:
             for st in blk.stmts:
                 if self.is_array_stmt(st):
                     self.prepare_array_stmt(blk, st)
+
         self.skip_unread_records()
         for blk in self.fn.iter_blocks():
             for item in self.stmt_pushes[blk.id] + self.arr_pushes[blk.id]:
@@ -207,9 +223,8 @@ class ArrayMixin:
             if in_loop:
                 self.stmt_pushes[blk.id].append((info["old"], old_kind, id(st)))
             needed += [a for a in e.args[1:-1]]
-            if self.is_view(e.args[-1]):
-                # the adjoint adds into the value's shadow, a view: its indices are needed
-                needed.append(e.args[-1])
+            # the adjoint adds into the value's shadow, maybe a view: its indices are needed
+            self.need_shadow(blk, e.args[-1])
             # the adjoint finds the base's shadow and rewinds the write, but reads none of
             # its contents: the write is recorded only if something else reads them
             self.need_value(blk, base, contents=False)
@@ -240,6 +255,10 @@ class ArrayMixin:
                            hint="unpack the values into separate variables")
         if any(isinstance(v, Var) and v.id in self.p.active for v in e.kwargs.values()):
             raise self.err(st, f"keyword arguments of {callee_name(fn)} must not depend on the inputs")
+        if st.var.id in self.buffered_views:
+            info["kind"] = "viewbuf"   # its buffer is added into the base's shadow
+            self.need_shadow(blk, st.var)
+            return
         if self.is_view(st.var):
             info["kind"] = "view"      # no adjoint: the shadow is a view of the base's shadow
             return
@@ -255,6 +274,7 @@ class ArrayMixin:
         if isinstance(fn, GetItem):
             info["kind"] = "read"
             needed += list(e.args[1:])
+            self.need_shadow(blk, e.args[0])     # the adjoint adds into the base's shadow
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, (Attr, MakeTuple)):
             raise self.err(st, f"{callee_name(fn)} of a differentiated value is not supported")
@@ -284,6 +304,8 @@ class ArrayMixin:
                 needed.append(st.var)
             else:
                 needed.append(e.args[int(u[1:])])
+        for i in active_ops:
+            self.need_shadow(blk, e.args[i])      # the adjoint accumulates into their shadows
         self.prepare_loop_alloc(blk, st, info)
         self.finish_needed(blk, st, needed)
 
@@ -318,6 +340,46 @@ class ArrayMixin:
         nd = array_ndim(k) - spec.count("i") + spec.count("n")
         return elem_kind(k) if nd == 0 else array_kind(array_dtype(k), nd)
 
+    def view_operands(self, st: Stmt) -> List[Any]:
+        """The operands besides the base that ``view_src`` reads to apply the view
+        statement ``st`` again: the indices of ``a[i]``, the shape of a reshape."""
+        fn = st.expr.fn
+        if isinstance(fn, GetItem) or fn is np.reshape:
+            return list(st.expr.args[1:])
+        return []
+
+    def need_shadow(self, blk, a) -> None:
+        """The adjoint of ``blk`` finds the shadow of array ``a``. A root's shadow is a
+        buffer with a fixed name; a view's is the same view of its base's shadow, so the
+        view's indices (``W = P[2 * k]`` rebound in an outer loop and read in an inner one)
+        must be the instance the primal used there: popped or recomputed like any value."""
+        while isinstance(a, Var) and self.is_view(a):
+            st = self.al.view_of[a.id]
+            for q in self.view_operands(st):
+                self.need_value(blk, q)
+            a = st.expr.args[0]
+
+    def tuple_parts(self, a) -> Optional[List[Any]]:
+        """What a tuple value left after scalar replacement (the shape of a reshape or
+        of np.zeros) is made from: the entries of ``(n, m)``, or the array of ``b.shape``.
+        None for anything else."""
+        d = self.def_stmt(a)
+        if d is None:
+            return None
+        e = d[2].expr
+        if isinstance(e.fn, MakeTuple):
+            return list(e.args)
+        if isinstance(e.fn, Attr) and e.fn.attr == "shape" and self.is_arr(e.args[0]):
+            return [e.args[0]]
+        return None
+
+    def tuple_src(self, a: Var, local: Dict[str, str]) -> str:
+        """The tuple ``a`` rebuilt in the adjoint from its parts (see ``tuple_parts``)."""
+        e = self.def_stmt(a)[2].expr
+        if isinstance(e.fn, Attr):
+            return f"{self.arr_value(e.args[0], local)}.shape"
+        return "(" + "".join(self.value_ref(q, local) + ", " for q in e.args) + ")"
+
     def finish_needed(self, blk, st: Stmt, needed: List[Any]) -> None:
         """Record pushes for values the adjoint reads in ``blk`` (scalars, functional arrays)."""
         for a in needed:
@@ -330,9 +392,16 @@ class ArrayMixin:
             return
         if self.is_view(a):
             st = self.al.view_of[a.id]
-            for q in st.expr.args:
-                self.need_value(blk, q, contents)
+            for q in self.view_operands(st):
+                self.need_value(blk, q)
+            self.need_value(blk, st.expr.args[0], contents)
             return
+        if is_tuple(self.kind(a)):
+            parts = self.tuple_parts(a)
+            if parts is not None:       # a shape (n, m): its entries, popped or recomputed
+                for q in parts:
+                    self.need_value(blk, q, contents=False)
+                return
         if self.is_arr(a) and self.mutable(a):
             # written arrays are rewound and read in place: their writes (and, in a loop,
             # their allocations) must be recorded when the adjoint reads their contents,
@@ -392,7 +461,7 @@ class ArrayMixin:
         if self.is_arr(a):
             if self.is_view(a):
                 st = self.al.view_of[a.id]
-                return all(self.remat(q, blk_id) for q in st.expr.args)
+                return all(self.remat(q, blk_id) for q in [st.expr.args[0]] + self.view_operands(st))
             return self.mutable(a) or not self.needs_push(blk_id, db)
         if not self.needs_push(blk_id, db):
             return True
@@ -522,7 +591,7 @@ class ArrayMixin:
         if self.is_view(a):
             st = self.al.view_of[a.id]
             base = self.arr_value(st.expr.args[0], local)
-            return self.view_src(st, base, [self.value_ref(q, local) for q in st.expr.args[1:]])
+            return self.view_src(st, base, [self.value_ref(q, local) for q in self.view_operands(st)])
         n = var_name(a)
         if n in local:
             return local[n]
@@ -531,19 +600,19 @@ class ArrayMixin:
 
     def shadow(self, a, local: Dict[str, str]) -> str:
         """The shadow of array ``a`` in the adjoint (a view of its base's shadow for views)."""
-        if self.is_view(a):
+        if self.is_view(a) and a.id not in self.buffered_views:
             st = self.al.view_of[a.id]
             base = self.shadow(st.expr.args[0], local)
-            return self.view_src(st, base, [self.value_ref(q, local) for q in st.expr.args[1:]])
+            return self.view_src(st, base, [self.value_ref(q, local) for q in self.view_operands(st)])
         n = self.dname(a)
         self.adj_uses.add(n)
         return n
 
     def shadow_primal(self, a) -> str:
-        if self.is_view(a):
+        if self.is_view(a) and a.id not in self.buffered_views:
             st = self.al.view_of[a.id]
             base = self.shadow_primal(st.expr.args[0])
-            return self.view_src(st, base, [self.src(q) for q in st.expr.args[1:]])
+            return self.view_src(st, base, [self.src(q) for q in self.view_operands(st)])
         return self.dname(a)
 
     def accumulate(self, target, expr: str, ne: int, local: Dict[str, str], ind: int,
@@ -792,6 +861,14 @@ class ArrayMixin:
                     old = local.get(info["old"], info["old"])
             if not info.get("skip_old"):
                 code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
+            return
+        if kind == "viewbuf":
+            base = st.expr.args[0]
+            if base.id in self.p.active:
+                ops = [self.value_ref(q, local) for q in self.view_operands(st)]
+                target = self.view_src(st, self.shadow(base, local), ops)
+                code.add(ind, inplace_src(target, "+", self.dname(st.var)), st.loc)
+            self.consume(st.var, loop, ind, code)
             return
         if kind in ("plain", "view", "source"):
             if kind == "source":

@@ -147,6 +147,10 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
 def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan:
     kinds = infer_kinds(fn, argkinds)
     fn = specialize(fn, kinds)
+    from .ckmut import expand_checkpoints
+    if expand_checkpoints(fn, kinds):       # blocks that write their arguments, tuple results
+        kinds = infer_kinds(fn, argkinds)
+        fn = specialize(fn, kinds)
     kinds = infer_kinds(fn, argkinds)
     check_kinds(fn, kinds)
     flat = None
@@ -984,6 +988,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         if n in local:
             return local[n]
         cur = getattr(self, "_adj_blk", None)
+        if cur is not None and is_tuple(self.kind(a)) and a.id in self.p.defblock and \
+                self.needs_push(cur, self.p.defblock[a.id]) and self.tuple_parts(a) is not None:
+            return self.tuple_src(a, local)     # the scope holds the last iteration's tuple
         if cur is not None and a.id in self.p.defblock and \
                 self.needs_push(cur, self.p.defblock[a.id]) and self.remat(a, cur):
             return self.remat_src(a, local)
