@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import safety
 from .compile import compile_error, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .pullbacks.transform import emit_fused, emit_split, plan
@@ -179,6 +180,7 @@ class _Specializer:
         if stacks and self.target == "cpu":
             _checked(fn.compiled, path, locs, ir.name).compile_for(
                 tuple(self._args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
+        fn = safety.guard_grad(fn, self.mode, p, ir)
         if p.flat is not None:
             return _flat_entry(fn, p.flat, wrt, diffable, single, value)
         if single:
@@ -211,6 +213,7 @@ class _Specializer:
                                        self.target, stem)
         prim = _fast(_checked(prim, path, locs, ir.name), self._args)
         adj = _checked(adj, path, locs, ir.name)
+        guard = safety.for_plan(self.mode, p, ir)
         slots = [i for i, k in enumerate(kinds) if differentiable(k)]
         nargs = len(kinds)
         ret_array = is_array(p.ret_kind)
@@ -221,7 +224,7 @@ class _Specializer:
         def run(*args):
             if flat is not None:
                 args = _flatten_args(args, flat.param_trees)
-            y, tp = prim(*args)
+            y, tp, st = guard.primal(prim, args) if guard else (*prim(*args), None)
             calls = [0]
 
             def back(dy=1.0):
@@ -245,7 +248,7 @@ class _Specializer:
                 a = adj_state[0]
                 if isinstance(a, _FirstCall):
                     a = adj_state[0] = a.compile_for(tuple(tp) + (dyv,))
-                gs = a(*tp, dyv)
+                gs = guard.back(a, tp, dyv, st) if guard else a(*tp, dyv)
                 out: List[Any] = [None] * nargs
                 for s, g in zip(slots, gs):
                     out[s] = g if isinstance(g, np.ndarray) else \
