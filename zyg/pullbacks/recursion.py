@@ -8,8 +8,8 @@ is exactly the order in which the adjoint needs the pullbacks, at every depth of
 recursion.  Each run of a primal owns its ``Records`` (``zyg/safety.py`` makes one per
 gradient call and per ``pullback`` call, and hands it to ``back``), found through the
 context variable :data:`CURRENT`: the compiled code cannot carry a Python object, and a
-context variable is per thread, so ``back``\ s called out of order, twice, after an
-exception or from several threads each see their own pullbacks.
+context variable is per thread, so pullbacks called out of order, twice, after an
+exception or from several threads each see their own records.
 
 On the cpu target the calls leave compiled code through ``numba.objmode`` (about a
 microsecond each, plus the Python side of ``pullback``), so recursion costs per call;
