@@ -154,6 +154,26 @@ def test_tuple_argument_aliasing_raises(target):
     assert_close(gb, fd_array(lambda b, c: scale_first((c, 1.3), b), (y, x), 0))
 
 
+def writes_then_reads_other(a, b):
+    """Reads b[1] after writing a[1]: with a and b one array, f(x, x) reads the new value."""
+    a[1] = a[0] * 2.0
+    return b[1] * b[1] + a[1]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_jvp_of_aliased_written_arguments_raises(target):
+    x = np.array([0.5, 1.5, -2.0])
+    t = np.array([1.0, -0.5, 0.25])
+    with pytest.raises(zyg.AliasedArguments, match="zyg.jvp"):
+        zyg.jvp(writes_then_reads_other, (x, x), (t, t), target=target)
+    y = x.copy()
+    v, dv = zyg.jvp(writes_then_reads_other, (x, y), (t, t), target=target)
+    assert v == pytest.approx(writes_then_reads_other(x.copy(), y.copy()), rel=1e-12)
+    fd = (writes_then_reads_other(x + H * t, y + H * t)
+          - writes_then_reads_other(x - H * t, y - H * t)) / (2 * H)
+    assert dv == pytest.approx(fd, rel=1e-6)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_aliased_arguments_that_are_only_read(target):
     x = np.array([0.5, 1.5, -2.0, 0.7])

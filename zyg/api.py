@@ -670,14 +670,16 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         trees = p.flat.param_trees if p.flat is not None else [None] * len(primals)
         active = [fwd.active(q) for q in p.fn.params]
         ret_tree = p.flat.ret_tree if p.flat is not None else None
-        entry = _JVPS[key] = (fn, trees, active, ret_tree)
-    fn, trees, active, ret_tree = entry
+        entry = _JVPS[key] = (fn, trees, active, ret_tree, safety.for_plan("jvp", p, ir))
+    fn, trees, active, ret_tree, guard = entry
     flat_p = _flatten_args(primals, trees)
+    if guard is not None:
+        guard.check_aliasing(flat_p)
     flat_t = _flatten_tangents(primals, tangents, trees)
     targs = [_as_tangent(t, x) for t, x, a in zip(flat_t, flat_p, active) if a]
     if isinstance(fn, _FirstCall):
         fn = fn.compile_for(tuple(flat_p) + tuple(targs))
-        _JVPS[key] = (fn, trees, active, ret_tree)
+        _JVPS[key] = (fn, trees, active, ret_tree, guard)
     y, ty = fn(*flat_p, *targs)
     if ret_tree is not None:
         return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]

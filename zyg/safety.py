@@ -280,10 +280,11 @@ class PullbackState:
 
 def for_plan(mode: str, p, ir) -> Optional[Guard]:
     """The guard of a specialisation with plan ``p`` of ``ir`` for the API ``mode``
-    (``"grad"``, ``"value_and_grad"``, ``"pullback"``); None when its calls need no check:
-    no argument array is written, no recursion, and, for pullback, no array argument."""
+    (``"grad"``, ``"value_and_grad"``, ``"pullback"``, ``"jvp"``); None when its calls need
+    no check: no argument array is written, no recursion, and, for pullback, no array
+    argument.  (``jvp`` only checks aliasing: forward mode writes into copies.)"""
     written = written_leaves(p)
-    records = uses_records(p)
+    records = uses_records(p) and mode != "jvp"
     g = Guard(f"zyg.{mode}", p, ir, written, records)
     if mode == "pullback":
         return g if (written or records or g.arrays) else None
