@@ -383,3 +383,35 @@ def test_recursive_gradients_from_8_threads(target):
     for th in threads:
         th.join()
     assert wrong == []
+
+
+def fill(a, n, m):
+    """Recursive, writes into its argument at every level; the deepest level reads a[m]
+    (an IndexError after the writes when m >= len(a), python target)."""
+    if n == 0:
+        return a[0] * a[m]
+    a[n] = a[n] * a[n - 1]
+    return fill(a, n - 1, m) + a[n]
+
+
+def fill_twice(a, n, m):
+    return fill(a, n, m) * 2.0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_recursive_function_that_writes_its_argument(target):
+    x = np.array([0.5, 1.5, -2.0, 0.7])
+    before = bits(x)
+    g = zyg.grad(fill_twice, target=target)(x, 3, 1)
+    assert (bits(x) == before).all()
+    assert_close(g, fd_array(fill_twice, (x, 3, 1), 0))
+    if target == "python":
+        # the writes happen in the recursive calls' own primals: the outer call restores them
+        with pytest.raises(IndexError):
+            zyg.grad(fill_twice, target=target)(x, 3, 9)
+        assert (bits(x) == before).all()
+        with pytest.raises(IndexError):
+            zyg.pullback(fill_twice, x, 3, 9, target=target)
+        assert (bits(x) == before).all()
+    with pytest.raises(zyg.AliasedArguments):
+        zyg.grad(lambda a, b, n: fill(a, n, 1) + np.sum(b), target=target)(x, x[1:], 2)
