@@ -140,7 +140,7 @@ class Guard:
     :func:`for_plan` returns None when it needs none)."""
 
     __slots__ = ("api", "name", "filename", "lineno", "argnames", "written", "records",
-                 "trees", "arrays")
+                 "trees", "arrays", "alias_check")
 
     def __init__(self, api: str, p, ir, written: Tuple[int, ...], records: bool):
         self.api = api
@@ -151,7 +151,9 @@ class Guard:
         self.written = written
         self.records = records
         self.trees = p.flat.param_trees if p.flat is not None else None
-        self.arrays = any(is_array(p.kinds.get(q.id, "")) for q in p.fn.params)
+        narrays = sum(is_array(p.kinds.get(q.id, "")) for q in p.fn.params)
+        self.arrays = narrays > 0
+        self.alias_check = narrays > 1      # one array argument cannot alias another
 
     def labels(self, n: int) -> List[str]:
         return _labels(self.trees, self.argnames, n)
@@ -159,6 +161,8 @@ class Guard:
     # -- aliased arguments ---------------------------------------------------------------
     def check_aliasing(self, leaves: Sequence[Any]) -> None:
         """Raise AliasedArguments when a written argument array overlaps another one."""
+        if not self.alias_check:
+            return
         for i in self.written:
             a = leaves[i]
             if not isinstance(a, np.ndarray):
