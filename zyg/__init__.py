@@ -14,7 +14,7 @@ transformation, compiled to native code with numba.
 __version__ = "0.1.0"
 
 from .errors import (ZygError, UnsupportedSyntax, NoAdjoint, CompileError,  # noqa: F401
-                     TypeMismatch)
+                     TypeMismatch, AliasedArguments, ModifiedAfterPullback)
 from .rules.registry import adjoint, nondifferentiable  # noqa: F401
 from .rules.higher import checkpoint, checkpointed_range, hook  # noqa: F401
 from . import rules as _rules  # noqa: F401  (registers the built-in rules)
@@ -26,4 +26,4 @@ _rules.registry.end_builtin_phase()
 
 __all__ = ["checkpoint", "checkpointed_range", "hook", "grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
-           "CompileError", "TypeMismatch"]
+           "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback"]

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import safety
 from .compile import compile_error, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .pullbacks.transform import emit_fused, emit_split, plan
@@ -203,6 +204,7 @@ class _Specializer:
         if stacks and self.target == "cpu":
             _checked(fn.compiled, path, locs, ir.name).compile_for(
                 tuple(self._args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
+        fn = safety.guard_grad(fn, self.mode, p, ir)
         if p.flat is not None:
             return _flat_entry(fn, p.flat, wrt, diffable, single, value)
         if single:
@@ -236,6 +238,7 @@ class _Specializer:
                                        self.target, stem)
         prim = _fast(_checked(prim, path, locs, ir.name), self._args)
         adj = _checked(adj, path, locs, ir.name)
+        guard = safety.for_plan(self.mode, p, ir)
         slots = [i for i, k in enumerate(kinds[:len(kinds) - nhidden]) if differentiable(k)]
         nargs = len(kinds)
         nuser = ir.nargs
@@ -247,7 +250,7 @@ class _Specializer:
         def run(*args):
             if flat is not None:
                 args = _flatten_args(args, flat.param_trees)
-            y, tp = prim(*args)
+            y, tp, st = guard.primal(prim, args) if guard else (*prim(*args), None)
             calls = [0]
 
             def back(dy=1.0):
@@ -271,7 +274,7 @@ class _Specializer:
                 a = adj_state[0]
                 if isinstance(a, _FirstCall):
                     a = adj_state[0] = a.compile_for(tuple(tp) + (dyv,))
-                gs = a(*tp, dyv)
+                gs = guard.back(a, tp, dyv, st) if guard else a(*tp, dyv)
                 out: List[Any] = [None] * nargs
                 for s, g in zip(slots, gs):
                     out[s] = g if isinstance(g, np.ndarray) else \
@@ -706,14 +709,16 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         trees = p.flat.param_trees if p.flat is not None else [None] * len(primals)
         active = [fwd.active(q) for q in p.fn.params]
         ret_tree = p.flat.ret_tree if p.flat is not None else None
-        entry = _JVPS[key] = (fn, trees, active, ret_tree)
-    fn, trees, active, ret_tree = entry
+        entry = _JVPS[key] = (fn, trees, active, ret_tree, safety.for_plan("jvp", p, ir))
+    fn, trees, active, ret_tree, guard = entry
     flat_p = _flatten_args(primals, trees)
+    if guard is not None:
+        guard.check_aliasing(flat_p)
     flat_t = _flatten_tangents(primals, tangents, trees)
     targs = [_as_tangent(t, x) for t, x, a in zip(flat_t, flat_p, active) if a]
     if isinstance(fn, _FirstCall):
         fn = fn.compile_for(tuple(flat_p) + tuple(targs))
-        _JVPS[key] = (fn, trees, active, ret_tree)
+        _JVPS[key] = (fn, trees, active, ret_tree, guard)
     y, ty = fn(*flat_p, *targs)
     if ret_tree is not None:
         return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]

@@ -63,3 +63,11 @@ class CompileError(SourceError):
 
 class TypeMismatch(SourceError):
     """Values of a type zyg cannot differentiate (a string argument, indexing a float)."""
+
+
+class AliasedArguments(TypeMismatch):
+    """An argument array the function writes shares memory with another argument."""
+
+
+class ModifiedAfterPullback(TypeMismatch):
+    """``back`` was called after the caller changed an array the pullback reads."""

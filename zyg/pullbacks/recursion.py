@@ -2,9 +2,14 @@
 
 A recursive call cannot be inlined.  The transform treats ``y = f(args)`` (with
 ``f`` on the inlining stack) as a call with a rule whose forward part runs
-``zyg.pullback(f, *args)`` and keeps ``back`` on a stack, and whose backward part
-pops it and calls ``back(dy)``.  The stack is last-in first-out, which is exactly
-the order in which the adjoint needs the pullbacks, at every depth of the recursion.
+``zyg.pullback(f, *args)`` and keeps ``back`` in a :class:`Records`, and whose backward
+part takes the newest one not yet used and calls ``back(dy)``: last-in first-out, which
+is exactly the order in which the adjoint needs the pullbacks, at every depth of the
+recursion.  Each run of a primal owns its ``Records`` (``zyg/safety.py`` makes one per
+gradient call and per ``pullback`` call, and hands it to ``back``), found through the
+context variable :data:`CURRENT`: the compiled code cannot carry a Python object, and a
+context variable is per thread, so pullbacks called out of order, twice, after an
+exception or from several threads each see their own records.
 
 On the cpu target the calls leave compiled code through ``numba.objmode`` (about a
 microsecond each, plus the Python side of ``pullback``), so recursion costs per call;
@@ -14,8 +19,10 @@ transformer itself never recurses.
 """
 from __future__ import annotations
 
+import contextvars
 import sys
-from typing import Any, Dict, List, Tuple
+import threading
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -23,8 +30,59 @@ from ..errors import TypeMismatch
 from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
 from .closure import ConvertedRule
 
-_PULLBACKS: List[Any] = []      # the pending pullbacks of recursive calls (a stack)
 RECURSION_LIMIT = 20000         # Python's limit while recursive calls run (default 1000)
+
+
+class Records:
+    """The pullbacks of the recursive calls made by one run of a primal, in call order.
+
+    ``take`` hands them out newest first; ``rewound`` starts over, so that a ``back``
+    that may be called again (a function that writes no array) replays them.  ``pending``
+    holds the cotangents the newest pullback returned, read one operand at a time by
+    array operands (:class:`_Take`, :class:`_RecomputeTake`).  A record that is not owned
+    by a ``back`` (``keep=False``) forgets each pullback once used.
+    """
+
+    __slots__ = ("backs", "pos", "pending", "keep")
+
+    def __init__(self, keep: bool = True):
+        self.backs: List[Any] = []
+        self.pos = 0
+        self.pending: List[Any] = []
+        self.keep = keep
+
+    def push(self, back: Any) -> None:
+        self.backs.append(back)
+        self.pos = len(self.backs)
+
+    def take(self) -> Any:
+        if self.pos == 0:
+            raise TypeMismatch("internal error: the adjoint asked for the pullback of a recursive "
+                               "call that its primal did not make")
+        self.pos -= 1
+        if self.keep:
+            return self.backs[self.pos]
+        return self.backs.pop()
+
+    def rewound(self) -> "Records":
+        self.pos = len(self.backs)
+        return self
+
+
+CURRENT: "contextvars.ContextVar[Optional[Records]]" = contextvars.ContextVar(
+    "zyg_recursion_records", default=None)
+_THREAD = threading.local()
+
+
+def current() -> Records:
+    """The record of the primal or adjoint now running in this thread.  Generated code run
+    outside the API (forward over reverse) gets a per-thread record used as a stack."""
+    r = CURRENT.get()
+    if r is None:
+        r = getattr(_THREAD, "records", None)
+        if r is None:
+            r = _THREAD.records = Records(keep=False)
+    return r
 
 
 class _Forward:
@@ -41,20 +99,19 @@ class _Forward:
             # each level of the user's recursion is a few Python frames (pullback, object mode)
             sys.setrecursionlimit(RECURSION_LIMIT)
         y, back = pullback(self.fn, *args, target=self.target)
-        _PULLBACKS.append(back)
+        current().push(back)
         return y
 
 
 class _Backward:
-    """Pop the newest pending pullback and return the cotangents of the differentiable
+    """Take the newest pending pullback and return the cotangents of the differentiable
     arguments."""
 
     def __init__(self, diff: List[int]):
         self.diff = diff
 
     def __call__(self, dy):
-        back = _PULLBACKS.pop()
-        gs = back(dy)
+        gs = current().take()(dy)
         return tuple(gs[i] for i in self.diff)
 
 
@@ -168,14 +225,14 @@ class _Plain:
 
 class _Take:
     """The cotangent of operand ``i`` of the newest recursive call: the first operand's
-    request pops the pullback and computes all of them; the others read them."""
-    pending: List[Any] = []
+    request takes the pullback and computes all of them; the others read them."""
 
     def __call__(self, first: bool, i: int, dy):
+        rec = current()
         if first:
-            back = _PULLBACKS.pop()
-            _Take.pending = list(back(dy))
-        g = _Take.pending[i]
+            back = rec.take()
+            rec.pending = list(back(dy))
+        g = rec.pending[i]
         return 0.0 if g is None else g
 
 
@@ -224,16 +281,16 @@ def call_helper(fn: Any, kinds: List[str], out_kind: str, target: str, record: b
 class _RecomputeTake:
     """``checkpoint``'s backward part for arrays: the first active operand's request
     recomputes ``fn``'s pullback from the saved arguments; the others read it."""
-    pending: List[Any] = []
 
     def __init__(self, fn: Any, target: str):
         self.fn = fn
         self.target = target
 
     def __call__(self, first: bool, i: int, dy, *args):
+        rec = current()
         if first:
-            _RecomputeTake.pending = _cotangents(self.fn, self.target, args, dy)
-        g = _RecomputeTake.pending[i]
+            rec.pending = _cotangents(self.fn, self.target, args, dy)
+        g = rec.pending[i]
         return 0.0 if g is None else g
 
 
