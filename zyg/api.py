@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .compile import compile_error, load, wrapper_for, TARGETS
+from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
@@ -118,7 +118,18 @@ class _Specializer:
         _LIVE.add(self)
 
     def build(self, args: Sequence[Any]) -> Callable:
-        key = _type_key(args)
+        # first calls from several threads build one at a time (calls of built code do not lock)
+        with LOAD_LOCK:
+            key = _type_key(args)
+            got = self.cache.get(key)
+            if got is not None and not isinstance(got, (_StaticDispatch, _ArrayDispatch)):
+                return got
+            if self.target == "cpu":
+                from .numerics import install_sigint_guard
+                install_sigint_guard()
+            return self._build(args, key)
+
+    def _build(self, args: Sequence[Any], key) -> Callable:
         if self.statics is None and any(_is_static(a) for a in args):
             disp = self.cache.get(key)
             if not isinstance(disp, _StaticDispatch):
@@ -274,7 +285,10 @@ class _StaticDispatch:
         k = tuple(statics.items())
         e = self.entries.get(k)
         if e is None:
-            e = self.entries[k] = self._make(statics, len(args))
+            with LOAD_LOCK:
+                e = self.entries.get(k)
+                if e is None:
+                    e = self.entries[k] = self._make(statics, len(args))
         return e
 
     def _make(self, statics: Dict[int, Any], nargs: int) -> Callable:
@@ -346,7 +360,10 @@ class _ArrayDispatch:
         k = self.key(args)
         e = self.entries.get(k)
         if e is None:
-            e = self.entries[k] = self.spec.build_entry(args)
+            with LOAD_LOCK:
+                e = self.entries.get(k)
+                if e is None:
+                    e = self.entries[k] = self.spec.build_entry(args)
         return e
 
     def __call__(self, *args):
@@ -483,7 +500,7 @@ class _FirstCall:
         import numba
         import numba.core.errors as nerr
         try:
-            self.fn.compile(tuple(numba.typeof(a) for a in args))
+            compile_for_types(self.fn, tuple(numba.typeof(a) for a in args))
         except nerr.NumbaError as e:
             raise compile_error(e, self.path, self.locs, self.fname) from None
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as e:
@@ -590,8 +607,10 @@ def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callabl
     key = (unwrap(f), target)
     spec = _PULLBACKS.get(key)
     if spec is None:
-        spec = _Specializer(f, 0, target, "pullback")
-        _PULLBACKS[key] = spec
+        with LOAD_LOCK:
+            spec = _PULLBACKS.get(key)
+            if spec is None:
+                spec = _PULLBACKS[key] = _Specializer(f, 0, target, "pullback")
     entry = spec.cache.get(_type_key(args))
     if entry is None:
         entry = spec.build(args)

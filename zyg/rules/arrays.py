@@ -568,13 +568,15 @@ def acc_scalar_target(e):
     return np.sum(e)
 
 
-_HELPERS: Dict[str, Dict[str, Any]] = {}
+_HELPERS: Dict[Any, Dict[str, Any]] = {}
 
 
 def helpers(target: str) -> Dict[str, Any]:
     """Name -> helper object for generated code on ``target``."""
-    if target in _HELPERS:
-        return _HELPERS[target]
+    from ..numerics import njit, options_tag
+    key = (target, options_tag(target))
+    if key in _HELPERS:
+        return _HELPERS[key]
     ns: Dict[str, Any] = {"np": np}
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
@@ -592,18 +594,17 @@ def helpers(target: str) -> Dict[str, Any]:
     from ..pullbacks import arraytape
     out.update(arraytape.helpers_py())
     if target != "python":
-        import numba
         jit = {}
-        pg = numba.njit(prod_grad)
+        pg = njit(prod_grad)
         jit["_zyg_prod_grad"] = pg
         g2 = {"np": np, "prod_grad": pg}
         exec(compile(_src_of(prod_grad_axis2), "<zyg-array-helpers>", "exec"), g2)
-        jit["_zyg_prod_grad_axis2"] = numba.njit(g2["prod_grad_axis2"])
+        jit["_zyg_prod_grad_axis2"] = njit(g2["prod_grad_axis2"])
         for k, v in out.items():
             if k not in jit:
-                jit[k] = numba.njit(v)
+                jit[k] = njit(v)
         out = jit
-    _HELPERS[target] = out
+    _HELPERS[key] = out
     return out
 
 
