@@ -98,6 +98,12 @@ def _no_complex(name: str) -> "_RuleError":
     return _RuleError(f"{name} has no complex rule in zyg (see docs/complex.md)")
 
 
+def _times(dy: str, partial: str) -> str:
+    """``dy * partial`` elementwise, exactly zero where ``dy`` is zero (even where the
+    partial is inf or nan: a value that does not reach the output contributes nothing)."""
+    return f"np.where({dy} != 0, {dy} * {partial}, 0.0)"
+
+
 def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function",
            conj: bool = True) -> ARule:
     """``cderiv``: the derivative for complex operands (conjugated unless ``conj`` is False:
@@ -107,8 +113,8 @@ def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function"
             if cderiv is None:
                 raise _no_complex(name)
             d = _subst(cderiv, {'x': c.x[0], 'y': c.y})
-            return f"{c.dy} * np.conj({d})" if conj else f"{c.dy} * ({d})"
-        return f"{c.dy} * ({_subst(deriv, {'x': c.x[0], 'y': c.y})})"
+            return _times(c.dy, f"np.conj({d})" if conj else f"({d})")
+        return _times(c.dy, f"({_subst(deriv, {'x': c.x[0], 'y': c.y})})")
     return ARule(back)
 
 
@@ -128,7 +134,7 @@ def _binary(da: Optional[str], db: Optional[str], cplx: Optional[tuple] = None,
         if d.strip() == "-1.0":
             return f"-{c.dy}"
         text = _subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})
-        return f"{c.dy} * np.conj({text})" if c.cplx else f"{c.dy} * ({text})"
+        return _times(c.dy, f"np.conj({text})" if c.cplx else f"({text})")
     return ARule(back, broadcast=True)
 
 
