@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 import os
+import hashlib
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -26,9 +28,22 @@ from conftest import TARGETS, cached, fd_grad
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _script(script: str, cache: str) -> str:
+    # a real file (zyg reads the functions' source) at a path that depends only on the
+    # text: the generated code names it, and two processes share a cache entry only
+    # when they run the same file
+    text = textwrap.dedent(script)
+    d = os.path.join(tempfile.gettempdir(), "zyg-test-crashes")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"script_{hashlib.sha256(text.encode()).hexdigest()[:16]}.py")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def _run(script: str, cache: str, env=None, timeout=240, **kw) -> subprocess.CompletedProcess:
     e = dict(os.environ, PYTHONPATH=ROOT, ZYG_CACHE_DIR=cache, **(env or {}))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=e, timeout=timeout,
+    return subprocess.run([sys.executable, _script(script, cache)], env=e, timeout=timeout,
                           capture_output=True, text=True, **kw)
 
 
@@ -66,7 +81,7 @@ def test_boundscheck_is_part_of_the_cache_key(tmp_path):
         except IndexError:
             print("IndexError")
     """
-    d = str(tmp_path)
+    d = str(tmp_path / "cache")
     # a shared cache directory: compiled without bounds checks first, then with them
     r0 = _run(script.replace("100000)", "2)"), d, {"ZYG_BOUNDSCHECK": "0"})
     assert r0.returncode == 0, r0.stderr
@@ -104,7 +119,7 @@ def test_deep_recursion_is_a_recursion_error(tmp_path):
         # the process and the recursion machinery are fine afterwards
         print(round(g(1.5, 4), 12))
     """
-    r = _run(script, str(tmp_path))
+    r = _run(script, str(tmp_path / "cache"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["RecursionError", str(round(4 * 1.5 ** 3, 12))]
 
@@ -146,7 +161,7 @@ _CACHE_SCRIPT = """
 
 @pytest.fixture(scope="module")
 def filled_cache(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("filled"))
+    d = str(tmp_path_factory.mktemp("filled") / "cache")
     r = _run(_CACHE_SCRIPT, d)
     assert r.returncode == 0, r.stderr
     return d, r.stdout
@@ -210,7 +225,10 @@ def test_sigint_during_a_compiled_gradient_is_a_keyboard_interrupt(tmp_path):
             print("wrong:", type(e).__name__, e)
     """
     e = dict(os.environ, PYTHONPATH=ROOT, ZYG_CACHE_DIR=str(tmp_path))
-    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], env=e,
+    d = str(tmp_path / "cache")
+    os.makedirs(d)
+    e["ZYG_CACHE_DIR"] = d
+    p = subprocess.Popen([sys.executable, _script(script, d)], env=e,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"

@@ -16,6 +16,7 @@ import numpy as np
 
 from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
+from .numerics import DEFERRED as _DEFERRED, raise_deferred as _raise_deferred
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
 from .ssa.tuples import flatten_value, unflatten
@@ -468,6 +469,8 @@ class _pooled:
         pool = self.pool
         bufs = pool.pop() if pool else self.fresh()
         r = self.compiled(*args, *bufs)
+        if _DEFERRED[0]:
+            _raise_deferred()       # Ctrl-C during the call (zyg/numerics.py)
         if self.value:
             pool.append(r[2:])
             return r[0], r[1]
@@ -540,7 +543,7 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
             return fn(*args)
         return g
     names = list(code.co_varnames[:n])
-    if any(nm in ("cache", "slow", "fn", "type") for nm in names):
+    if any(nm in ("cache", "slow", "fn", "type", "r", "deferred", "raise_deferred") for nm in names):
         names = [f"a{i}" for i in range(n)]
     params = ", ".join(names)
     if n == 1:
@@ -551,8 +554,11 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
            f"    fn = cache.get({key})\n"
            f"    if fn is None:\n"
            f"        return slow(({params}{',' if n == 1 else ''}))\n"
-           f"    return fn({params})\n")
-    ns = {"cache": cache, "slow": slow}
+           f"    r = fn({params})\n"
+           f"    if deferred[0]:\n"
+           f"        raise_deferred()\n"
+           f"    return r\n")
+    ns = {"cache": cache, "slow": slow, "deferred": _DEFERRED, "raise_deferred": _raise_deferred}
     exec(src, ns)
     return ns["g"]
 

@@ -215,6 +215,19 @@ def python_semantics(text: str, path: str, ns: Dict[str, Any]):
 # -- SIGINT while numba boxes results ------------------------------------------------------
 
 _SIGINT_INSTALLED = False
+DEFERRED = [False]       # a Ctrl-C arrived while numba boxed a result: raise it on return
+
+
+def raise_deferred() -> None:
+    """Raise the KeyboardInterrupt deferred while numba boxed a compiled call's result."""
+    DEFERRED[0] = False
+    raise KeyboardInterrupt
+
+
+def _redeliver(signum: int) -> None:
+    if DEFERRED[0]:
+        import _thread
+        _thread.interrupt_main(signum)
 
 
 def install_sigint_guard() -> None:
@@ -245,10 +258,15 @@ def install_sigint_guard() -> None:
         f = frame
         while f is not None:
             if f.f_code in codes:
-                import _thread
-                _thread.interrupt_main(signum)   # handled again once numba has returned
+                # zyg's wrappers raise it when the compiled call has returned
+                # (raise_deferred); a timer delivers it again for other callers
+                DEFERRED[0] = True
+                t = threading.Timer(0.05, _redeliver, args=(signum,))
+                t.daemon = True
+                t.start()
                 return
             f = f.f_back
+        DEFERRED[0] = False
         signal.default_int_handler(signum, frame)
     handler.__doc__ = "Python's default SIGINT handler, deferred while numba boxes results (zyg)."
     signal.signal(signal.SIGINT, handler)
