@@ -9,13 +9,18 @@ test session, and compares it with ``fd_grad`` and the primal value with
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable, Dict, Sequence, Tuple, Union
 
 import numpy as np
 import pytest
 
-import zyg
-import zyg.ssa.passes
+# zyg's own tests run compiled code with bounds checking: an index error is an IndexError
+# on both targets instead of garbage or a crash (docs/numerics.md)
+os.environ.setdefault("ZYG_BOUNDSCHECK", "1")
+
+import zyg  # noqa: E402
+import zyg.ssa.passes  # noqa: E402
 
 # the verifier runs after every IR pass in tests
 zyg.ssa.passes.VERIFY = True

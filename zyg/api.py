@@ -15,8 +15,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import safety
-from .compile import compile_error, load, wrapper_for, TARGETS
+from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
+from .numerics import DEFERRED as _DEFERRED, raise_deferred as _raise_deferred
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.captured import hidden_kind_sig, make_caller
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
@@ -133,7 +134,18 @@ class _Specializer:
         _LIVE.add(self)
 
     def build(self, args: Sequence[Any]) -> Callable:
-        key = _type_key(args)
+        # first calls from several threads build one at a time (calls of built code do not lock)
+        with LOAD_LOCK:
+            key = _type_key(args)
+            got = self.cache.get(key)
+            if got is not None and not isinstance(got, (_StaticDispatch, _ArrayDispatch)):
+                return got
+            if self.target == "cpu":
+                from .numerics import install_sigint_guard
+                install_sigint_guard()
+            return self._build(args, key)
+
+    def _build(self, args: Sequence[Any], key) -> Callable:
         if self.statics is None and any(_is_static(a) for a in args):
             disp = self.cache.get(key)
             if not isinstance(disp, _StaticDispatch):
@@ -312,7 +324,10 @@ class _StaticDispatch:
         k = tuple(statics.items())
         e = self.entries.get(k)
         if e is None:
-            e = self.entries[k] = self._make(statics, len(args))
+            with LOAD_LOCK:
+                e = self.entries.get(k)
+                if e is None:
+                    e = self.entries[k] = self._make(statics, len(args))
         return e
 
     def _make(self, statics: Dict[int, Any], nargs: int) -> Callable:
@@ -384,7 +399,10 @@ class _ArrayDispatch:
         k = self.key(args)
         e = self.entries.get(k)
         if e is None:
-            e = self.entries[k] = self.spec.build_entry(args)
+            with LOAD_LOCK:
+                e = self.entries.get(k)
+                if e is None:
+                    e = self.entries[k] = self.spec.build_entry(args)
         return e
 
     def __call__(self, *args):
@@ -489,6 +507,8 @@ class _pooled:
         pool = self.pool
         bufs = pool.pop() if pool else self.fresh()
         r = self.compiled(*args, *bufs)
+        if _DEFERRED[0]:
+            _raise_deferred()       # Ctrl-C during the call (zyg/numerics.py)
         if self.value:
             pool.append(r[2:])
             return r[0], r[1]
@@ -521,7 +541,7 @@ class _FirstCall:
         import numba
         import numba.core.errors as nerr
         try:
-            self.fn.compile(tuple(numba.typeof(a) for a in args))
+            compile_for_types(self.fn, tuple(numba.typeof(a) for a in args))
         except nerr.NumbaError as e:
             raise compile_error(e, self.path, self.locs, self.fname) from None
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as e:
@@ -561,7 +581,7 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
             return fn(*args)
         return g
     names = list(code.co_varnames[:n])
-    if any(nm in ("cache", "slow", "fn", "type") for nm in names):
+    if any(nm in ("cache", "slow", "fn", "type", "r", "deferred", "raise_deferred") for nm in names):
         names = [f"a{i}" for i in range(n)]
     params = ", ".join(names)
     if n == 1:
@@ -572,8 +592,11 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
            f"    fn = cache.get({key})\n"
            f"    if fn is None:\n"
            f"        return slow(({params}{',' if n == 1 else ''}))\n"
-           f"    return fn({params})\n")
-    ns = {"cache": cache, "slow": slow}
+           f"    r = fn({params})\n"
+           f"    if deferred[0]:\n"
+           f"        raise_deferred()\n"
+           f"    return r\n")
+    ns = {"cache": cache, "slow": slow, "deferred": _DEFERRED, "raise_deferred": _raise_deferred}
     exec(src, ns)
     return ns["g"]
 
@@ -628,8 +651,10 @@ def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callabl
     key = (unwrap(f), target)
     spec = _PULLBACKS.get(key)
     if spec is None:
-        spec = _Specializer(f, 0, target, "pullback")
-        _PULLBACKS[key] = spec
+        with LOAD_LOCK:
+            spec = _PULLBACKS.get(key)
+            if spec is None:
+                spec = _PULLBACKS[key] = _Specializer(f, 0, target, "pullback")
     entry = spec.cache.get(_type_key(args))
     if entry is None:
         entry = spec.build(args)

@@ -257,10 +257,10 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     exec(compile(src, name, "exec"), glob)
     fwd, bwd = glob["_ck_fwd"], glob["_ck_bwd"]
     if target != "python":
-        import numba
+        from .. import numerics
         for h in ("_ck_beta", "_ck_split"):
-            glob[h] = numba.njit(glob[h])
-        fwd, bwd = numba.njit(fwd), numba.njit(bwd)
+            glob[h] = numerics.njit(glob[h])
+        fwd, bwd = numerics.njit(fwd), numerics.njit(bwd)
     out = _Compiled(fwd, bwd, diff_free, kinds)
     out.source = src
     out.rec = rec
@@ -306,8 +306,8 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     exec(compile(src, f"<zyg checkpointed loop {stem}>", "exec"), glob)
     f = glob["_ck_tan"]
     if target != "python":
-        import numba
-        f = numba.njit(f)
+        from .. import numerics
+        f = numerics.njit(f)
     return f
 
 

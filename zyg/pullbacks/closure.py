@@ -165,6 +165,14 @@ def convert_rule(rule) -> ConvertedRule:
     return conv
 
 
+def passes_cotangent(expr: Optional[ast.expr], dy: str) -> bool:
+    """Is the backward expression ``dy`` or ``-dy`` (a contribution that is zero, never
+    nan, when the cotangent is zero)?"""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        expr = expr.operand
+    return isinstance(expr, ast.Name) and expr.id == dy
+
+
 class _Renamer(ast.NodeTransformer):
     def __init__(self, mapping: Dict[str, str], globals_used: Set[str]):
         self.mapping = mapping

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..errors import TypeMismatch
+from ..numerics import STACK_GUARD
 from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
 from .closure import ConvertedRule
 
@@ -98,7 +99,8 @@ class _Forward:
         if sys.getrecursionlimit() < RECURSION_LIMIT:
             # each level of the user's recursion is a few Python frames (pullback, object mode)
             sys.setrecursionlimit(RECURSION_LIMIT)
-        y, back = pullback(self.fn, *args, target=self.target)
+        with STACK_GUARD:
+            y, back = pullback(self.fn, *args, target=self.target)
         current().push(back)
         return y
 
@@ -111,7 +113,9 @@ class _Backward:
         self.diff = diff
 
     def __call__(self, dy):
-        gs = current().take()(dy)
+        back = current().take()
+        with STACK_GUARD:
+            gs = back(dy)
         return tuple(gs[i] for i in self.diff)
 
 
@@ -255,11 +259,15 @@ def _python_call(name: str, params: List[str], call: str, kind: str, glob: Dict[
 
 
 def _compile(src: str, name: str, glob: Dict[str, Any], target: str):
-    exec(compile(src, f"<zyg recursion {name}>", "exec"), glob)
+    from .. import numerics
+    if target == "python":
+        glob.update(numerics.HELPERS)
+        exec(numerics.python_semantics(src, f"<zyg recursion {name}>", glob), glob)
+    else:
+        exec(compile(src, f"<zyg recursion {name}>", "exec"), glob)
     fobj = glob[name]
     if target != "python":
-        import numba
-        fobj = numba.njit(fobj)
+        fobj = numerics.njit(fobj)
         fobj._zyg_uncacheable = True
     return fobj
 

@@ -33,14 +33,14 @@ def grow(old, need):
     return new
 
 
-_njit_grow = None
+_njit_grow: dict = {}
 
 
 def grow_for(target: str):
-    global _njit_grow
     if target == "python":
         return grow
-    if _njit_grow is None:
-        import numba
-        _njit_grow = numba.njit(grow)
-    return _njit_grow
+    from ..numerics import njit, options_tag
+    got = _njit_grow.get(options_tag())
+    if got is None:
+        got = _njit_grow[options_tag()] = njit(grow)
+    return got

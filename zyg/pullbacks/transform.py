@@ -27,9 +27,10 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from .. import numerics
 from ..errors import NoAdjoint
 from ..rules import registry
-from ..pullbacks.closure import ConvertedRule, render, resolve_global
+from ..pullbacks.closure import ConvertedRule, passes_cotangent, render, resolve_global
 from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer_kinds, is_array, is_tuple,
                             is_complex, loops_of_blocks, natural_loops)
 from ..ssa.prims import Attr, InPlace
@@ -535,15 +536,19 @@ class Emitter(ArrayMixin, StructuredMixin):
     def _make_helper(self, conv: ConvertedRule, which: str) -> str:
         src = conv.fwd_src if which == "fwd" else conv.bwd_src
         glob = dict(conv.globals)
-        exec(compile(src, f"<zyg rule {conv.name}>", "exec"), glob)
+        if self.p.target == "python":
+            # numpy's float semantics, as in the generated code (zyg/numerics.py)
+            glob.update(numerics.HELPERS)
+            exec(numerics.python_semantics(src, f"<zyg rule {conv.name}>", glob), glob)
+        else:
+            exec(compile(src, f"<zyg rule {conv.name}>", "exec"), glob)
         fobj = glob[f"{conv.name}_{which}"]
         if self.p.target != "python":
-            import numba
             # rule globals resolved by numba from glob: wrap plain functions it calls
             for k, v in list(glob.items()):
                 if isinstance(v, types.FunctionType) and v is not fobj and not k.startswith("__"):
                     glob[k] = self.wrap(v)
-            fobj = numba.njit(fobj)
+            fobj = numerics.njit(fobj)
             if glob.get("_zyg_uncacheable"):
                 fobj._zyg_uncacheable = True     # object mode inside (recursion.py)
         return self.ns.ref(fobj, f"{conv.name}_{which}")
@@ -1002,6 +1007,15 @@ class Emitter(ArrayMixin, StructuredMixin):
         dy = self.dname(st.var)
         args = st.expr.args
         targets = [(i, a) for i, a in enumerate(args) if self.is_active(a) and conv.nonzero[i]]
+        # a zero cotangent contributes exactly zero, even where a partial is inf or nan
+        # (0 * inf): pullbacks are linear in dy, so the contributions are skipped
+        # (docs/numerics.md); not needed where every contribution is +-dy itself
+        guard = self.kind(st.var) in ("float", "complex") and targets and not (
+            conv.back_exprs is not None and
+            all(passes_cotangent(conv.back_exprs[i], conv.back_param) for i, _ in targets))
+        if guard and conv.back_exprs is not None:
+            code.add(ind, f"if {dy} != 0:", st.loc)
+            ind += 1
         if conv.back_exprs is not None:
             mapping = {}
             for name in self.needed_names(st, conv):
@@ -1035,8 +1049,14 @@ class Emitter(ArrayMixin, StructuredMixin):
             if conv.out and conv.out not in conv.extra_res:
                 bargs.append(self.value_ref(st.var, local))
             code.add(ind, f"_g = {h}({', '.join(bargs + [dy])})", st.loc)
+            if guard:
+                # the helper still runs (it may pop records); its result is dropped
+                code.add(ind, f"if {dy} != 0:", st.loc)
+                ind += 1
             for i, a in targets:
                 code.add(ind, f"{self.dname(a)} += {self.proj(a, f'_g[{i}]', self.cplx(st))}", st.loc)
+        if guard:
+            ind -= 1
         if self.in_loop(blk.id):
             code.add(ind, f"{dy} = {ZERO.get(self.kind(st.var), '0.0')}")
 

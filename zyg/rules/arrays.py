@@ -98,6 +98,12 @@ def _no_complex(name: str) -> "_RuleError":
     return _RuleError(f"{name} has no complex rule in zyg (see docs/complex.md)")
 
 
+def _times(dy: str, partial: str) -> str:
+    """``dy * partial`` elementwise, exactly zero where ``dy`` is zero (even where the
+    partial is inf or nan: a value that does not reach the output contributes nothing)."""
+    return f"np.where({dy} != 0, {dy} * {partial}, 0.0)"
+
+
 def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function",
            conj: bool = True) -> ARule:
     """``cderiv``: the derivative for complex operands (conjugated unless ``conj`` is False:
@@ -107,8 +113,8 @@ def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function"
             if cderiv is None:
                 raise _no_complex(name)
             d = _subst(cderiv, {'x': c.x[0], 'y': c.y})
-            return f"{c.dy} * np.conj({d})" if conj else f"{c.dy} * ({d})"
-        return f"{c.dy} * ({_subst(deriv, {'x': c.x[0], 'y': c.y})})"
+            return _times(c.dy, f"np.conj({d})" if conj else f"({d})")
+        return _times(c.dy, f"({_subst(deriv, {'x': c.x[0], 'y': c.y})})")
     return ARule(back)
 
 
@@ -128,7 +134,7 @@ def _binary(da: Optional[str], db: Optional[str], cplx: Optional[tuple] = None,
         if d.strip() == "-1.0":
             return f"-{c.dy}"
         text = _subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})
-        return f"{c.dy} * np.conj({text})" if c.cplx else f"{c.dy} * ({text})"
+        return _times(c.dy, f"np.conj({text})" if c.cplx else f"({text})")
     return ARule(back, broadcast=True)
 
 
@@ -568,13 +574,15 @@ def acc_scalar_target(e):
     return np.sum(e)
 
 
-_HELPERS: Dict[str, Dict[str, Any]] = {}
+_HELPERS: Dict[Any, Dict[str, Any]] = {}
 
 
 def helpers(target: str) -> Dict[str, Any]:
     """Name -> helper object for generated code on ``target``."""
-    if target in _HELPERS:
-        return _HELPERS[target]
+    from ..numerics import njit, options_tag
+    key = (target, options_tag(target))
+    if key in _HELPERS:
+        return _HELPERS[key]
     ns: Dict[str, Any] = {"np": np}
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
@@ -592,18 +600,17 @@ def helpers(target: str) -> Dict[str, Any]:
     from ..pullbacks import arraytape
     out.update(arraytape.helpers_py())
     if target != "python":
-        import numba
         jit = {}
-        pg = numba.njit(prod_grad)
+        pg = njit(prod_grad)
         jit["_zyg_prod_grad"] = pg
         g2 = {"np": np, "prod_grad": pg}
         exec(compile(_src_of(prod_grad_axis2), "<zyg-array-helpers>", "exec"), g2)
-        jit["_zyg_prod_grad_axis2"] = numba.njit(g2["prod_grad_axis2"])
+        jit["_zyg_prod_grad_axis2"] = njit(g2["prod_grad_axis2"])
         for k, v in out.items():
             if k not in jit:
-                jit[k] = numba.njit(v)
+                jit[k] = njit(v)
         out = jit
-    _HELPERS[target] = out
+    _HELPERS[key] = out
     return out
 
 

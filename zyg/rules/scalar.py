@@ -62,7 +62,8 @@ BINARY = {
     "pow": ("b * a ** (b - 1)", "(y * M.log(a) if a > 0 else 0.0)"),
     "power": ("b * a ** (b - 1)", "(y * M.log(a) if a > 0 else 0.0)"),
     "copysign": ("(1.0 if (a >= 0) == (b >= 0) else -1.0)", None),
-    "fmod": ("1.0", "-M.trunc(a / b)"),
+    # np.trunc / np.floor: a float (inf stays inf); math's raise or wrap around on inf
+    "fmod": ("1.0", "-np.trunc(a / b)"),
     "logaddexp": ("M.exp(a - y)", "M.exp(b - y)"),
     "maximum": ("(1.0 if a > b else (0.5 if a == b else 0.0))",
                 "(1.0 if b > a else (0.5 if a == b else 0.0))"),
@@ -80,7 +81,7 @@ SPECIAL = [
     ("operator.sub", "a, b", "dy, -dy", "a - b"),
     ("operator.mul", "a, b", "dy * b, dy * a", "a * b"),
     ("operator.truediv", "a, b", "dy / b, -dy * y / b", "a / b"),
-    ("operator.mod", "a, b", "dy, -dy * math.floor(a / b)", "a % b"),
+    ("operator.mod", "a, b", "dy, -dy * np.floor(a / b)", "a % b"),
     ("operator.pow", "a, b", "dy * b * a ** (b - 1), (dy * y * math.log(a) if a > 0 else 0.0)", "a ** b"),
     ("operator.neg", "a", "-dy", "-a"),
     ("operator.pos", "a", "dy", "+a"),

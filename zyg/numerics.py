@@ -1,0 +1,365 @@
+"""Floating-point semantics and numba options shared by both targets.
+
+zyg follows **numpy's floating-point semantics** on every target (docs/numerics.md):
+``1.0 / 0.0`` is ``inf``, ``0.0 / 0.0`` and ``math.sqrt(-1.0)`` are ``nan``,
+``math.exp(1000.0)`` is ``inf``, in the primal value and in the gradient, instead of
+Python's ZeroDivisionError / ValueError / OverflowError.
+
+* ``cpu``: every function zyg compiles goes through :func:`njit`, which passes numba
+  ``error_model="numpy"`` (and ``boundscheck`` when bounds checking is on).
+* ``python``: the generated module is compiled with :func:`python_semantics`, which
+  routes ``/``, ``//``, ``%``, ``**`` and ``math`` calls through helpers that return
+  what the compiled code returns where Python would raise (they evaluate the same
+  operation with numba's semantics, so both targets agree by construction).
+
+Bounds checking (``ZYG_BOUNDSCHECK=1`` or :func:`set_boundscheck`) makes out-of-bounds
+indexing on ``cpu`` raise IndexError as on ``python``; it is part of the generated
+code's cache key (:func:`options_tag`).
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import os
+import threading
+from typing import Any, Callable, Dict, Optional
+
+_BOUNDSCHECK: Optional[bool] = None
+
+
+def boundscheck() -> bool:
+    """Is bounds checking on (``set_boundscheck``, else the ``ZYG_BOUNDSCHECK`` env var)?"""
+    if _BOUNDSCHECK is not None:
+        return _BOUNDSCHECK
+    return os.environ.get("ZYG_BOUNDSCHECK", "0").strip().lower() not in ("", "0", "false", "no")
+
+
+def set_boundscheck(on: Optional[bool]) -> None:
+    """Turn bounds checking of compiled (``cpu``) code on or off; None: follow the env var.
+
+    Gradients built afterwards use the new setting (the in-memory caches are cleared;
+    the on-disk cache keeps one entry per setting)."""
+    global _BOUNDSCHECK
+    old = boundscheck()
+    _BOUNDSCHECK = None if on is None else bool(on)
+    if boundscheck() != old:
+        from .api import reset_caches
+        reset_caches()
+
+
+def numba_options() -> Dict[str, Any]:
+    """Options for every ``numba.njit`` zyg applies (generated code, helpers, rules)."""
+    opts: Dict[str, Any] = {"error_model": "numpy"}
+    if boundscheck():
+        opts["boundscheck"] = True
+    return opts
+
+
+def options_tag(target: str = "cpu") -> str:
+    """A line naming the target and its compile options; it goes into the generated text,
+    so that code compiled otherwise has another file hash, module name and numba cache."""
+    if target == "python":
+        return "# target python: numpy float semantics (zyg/numerics.py)"
+    return "# target cpu: numba " + ", ".join(f"{k}={v!r}" for k, v in sorted(numba_options().items()))
+
+
+def njit(fn: Callable = None, **kw):
+    """``numba.njit`` with zyg's options (numpy error model, bounds checking)."""
+    import numba
+    opts = {**numba_options(), **kw}
+    if fn is None:
+        return numba.njit(**opts)
+    return numba.njit(**opts)(fn)
+
+
+# -- the python target: numpy semantics where Python raises -----------------------------
+
+_FALLBACKS: Dict[Any, Callable] = {}
+_FB_LOCK = threading.Lock()
+
+
+def _compiled(key: Any, src: str, glob: Dict[str, Any]) -> Callable:
+    """A numba-compiled one-liner (numpy error model), built on first use."""
+    f = _FALLBACKS.get(key)
+    if f is None:
+        with _FB_LOCK:
+            f = _FALLBACKS.get(key)
+            if f is None:
+                ns = dict(glob)
+                exec(src, ns)
+                import numba
+                f = _FALLBACKS[key] = numba.njit(error_model="numpy")(ns["_f"])
+    return f
+
+
+def _fallback(key: Any, src: str, glob: Dict[str, Any], exc: BaseException, *args):
+    try:
+        return _compiled(key, src, glob)(*args)
+    except Exception:
+        # not a type numba compiles (an object, a big int): Python's own error stands
+        raise exc from None
+
+
+_OPS = {"div": "a / b", "floordiv": "a // b", "mod": "a % b", "pow": "a ** b"}
+
+
+def zyg_div(a, b):
+    try:
+        return a / b
+    except ZeroDivisionError as e:
+        return _fallback("div", "def _f(a, b):\n    return a / b\n", {}, e, a, b)
+
+
+def zyg_floordiv(a, b):
+    try:
+        return a // b
+    except ZeroDivisionError as e:
+        return _fallback("floordiv", "def _f(a, b):\n    return a // b\n", {}, e, a, b)
+
+
+def zyg_mod(a, b):
+    try:
+        return a % b
+    except ZeroDivisionError as e:
+        return _fallback("mod", "def _f(a, b):\n    return a % b\n", {}, e, a, b)
+
+
+def zyg_pow(a, b):
+    try:
+        r = a ** b
+    except (ZeroDivisionError, OverflowError) as e:
+        return _fallback("pow", "def _f(a, b):\n    return a ** b\n", {}, e, a, b)
+    if type(r) is complex and not isinstance(a, complex) and not isinstance(b, complex):
+        # Python: (-8.0) ** 0.5 is complex; numpy and numba: nan
+        return _fallback("pow", "def _f(a, b):\n    return a ** b\n", {}, ValueError(), a, b)
+    return r
+
+
+# math functions whose result is a float: Python raises where numpy returns inf / nan
+_NOT_WRAPPED = {"floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "isclose", "factorial",
+                "comb", "perm", "gcd", "lcm", "isqrt", "prod", "fsum", "frexp", "modf", "dist",
+                "sumprod", "nextafter", "ulp"}
+
+
+def _math_wrapper(name: str, fn: Callable) -> Callable:
+    def wrapped(*args):
+        try:
+            return fn(*args)
+        except (ValueError, OverflowError, ZeroDivisionError) as e:
+            params = ", ".join(f"a{i}" for i in range(len(args)))
+            src = f"def _f({params}):\n    return math.{name}({params})\n"
+            return _fallback(("math", name, len(args)), src, {"math": math}, e, *args)
+    wrapped.__name__ = name
+    wrapped.__qualname__ = "math." + name
+    wrapped.__doc__ = f"math.{name} with numpy's semantics (inf / nan instead of an exception)."
+    return wrapped
+
+
+class _Math:
+    """The ``math`` module as the python target's generated code sees it."""
+
+    def __init__(self):
+        for name in dir(math):
+            obj = getattr(math, name)
+            if name.startswith("_") or not callable(obj) or name in _NOT_WRAPPED:
+                setattr(self, name, obj)
+            else:
+                setattr(self, name, _math_wrapper(name, obj))
+
+
+MATH = _Math()
+HELPERS = {"_zyg_div": zyg_div, "_zyg_floordiv": zyg_floordiv, "_zyg_mod": zyg_mod,
+           "_zyg_pow": zyg_pow, "_zyg_math": MATH}
+_BINOPS = {ast.Div: "_zyg_div", ast.FloorDiv: "_zyg_floordiv", ast.Mod: "_zyg_mod",
+           ast.Pow: "_zyg_pow"}
+
+
+class _Semantics(ast.NodeTransformer):
+    def __init__(self, math_names):
+        self.math_names = math_names
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        helper = _BINOPS.get(type(node.op))
+        if helper is None:
+            return node
+        return ast.copy_location(
+            ast.Call(func=ast.Name(helper, ast.Load()), args=[node.left, node.right], keywords=[]), node)
+
+    def visit_AugAssign(self, node):
+        self.generic_visit(node)
+        helper = _BINOPS.get(type(node.op))
+        if helper is None or not isinstance(node.target, ast.Name):
+            return node     # (subscript targets: in-place on arrays, which never raise)
+        call = ast.Call(func=ast.Name(helper, ast.Load()),
+                        args=[ast.Name(node.target.id, ast.Load()), node.value], keywords=[])
+        return ast.copy_location(ast.Assign(targets=[node.target], value=call), node)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.math_names:
+            return ast.copy_location(ast.Name("_zyg_math", ast.Load()), node)
+        return node
+
+
+def python_semantics(text: str, path: str, ns: Dict[str, Any]):
+    """Compile generated source for the python target with numpy's float semantics.
+
+    The code object keeps the text's line numbers (tracebacks point at the cache file)."""
+    tree = ast.parse(text, path)
+    math_names = {k for k, v in ns.items() if v is math}
+    tree = ast.fix_missing_locations(_Semantics(math_names).visit(tree))
+    return compile(tree, path, "exec")
+
+
+# -- SIGINT while numba boxes results ------------------------------------------------------
+
+_SIGINT_INSTALLED = False
+DEFERRED = [False]       # a Ctrl-C arrived while numba boxed a result: raise it on return
+
+
+def raise_deferred() -> None:
+    """Raise the KeyboardInterrupt deferred while numba boxed a compiled call's result."""
+    DEFERRED[0] = False
+    raise KeyboardInterrupt
+
+
+def _redeliver(signum: int) -> None:
+    if DEFERRED[0]:
+        import _thread
+        _thread.interrupt_main(signum)
+
+
+def install_sigint_guard() -> None:
+    """Let a Ctrl-C that arrives during a compiled call surface as a clean KeyboardInterrupt.
+
+    numba runs a Python function (``_numba_unpickle``) while boxing the arrays a compiled
+    function returns; a KeyboardInterrupt raised there leaves numba returning a result with
+    an exception set (SystemError) or a tuple with missing items (a crash).  The handler
+    installed here (only over Python's default one, in the main thread) defers the
+    interrupt while such a frame runs and raises it as soon as control is back in
+    ordinary Python code; everywhere else it is Python's default handler."""
+    global _SIGINT_INSTALLED
+    if _SIGINT_INSTALLED:
+        return
+    import signal
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _SIGINT_INSTALLED = True
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return      # the user's (or IPython's) handler: leave it alone
+    try:
+        from numba.core import serialize
+        codes = {serialize._numba_unpickle.__code__}
+    except (ImportError, AttributeError):
+        return
+
+    def handler(signum, frame):
+        f = frame
+        while f is not None:
+            if f.f_code in codes:
+                # zyg's wrappers raise it when the compiled call has returned
+                # (raise_deferred); a timer delivers it again for other callers
+                DEFERRED[0] = True
+                t = threading.Timer(0.05, _redeliver, args=(signum,))
+                t.daemon = True
+                t.start()
+                return
+            f = f.f_back
+        DEFERRED[0] = False
+        signal.default_int_handler(signum, frame)
+    handler.__doc__ = "Python's default SIGINT handler, deferred while numba boxes results (zyg)."
+    signal.signal(signal.SIGINT, handler)
+
+
+# -- stack exhaustion in recursive gradients -----------------------------------------------
+
+_STACK = threading.local()
+_SP = None
+MARGIN = 1536 * 1024       # bytes left for what ran before the recursion and for the error
+
+
+def _stack_pointer() -> Callable[[], int]:
+    """A compiled function returning an address in its own frame (the C stack's depth)."""
+    global _SP
+    if _SP is None:
+        import llvmlite.ir as lir
+        import numba
+        from numba import types
+        from numba.core import cgutils
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def frame_address(typingctx):
+            def codegen(context, builder, sig, args):
+                slot = cgutils.alloca_once(builder, lir.IntType(64))
+                return builder.ptrtoint(slot, lir.IntType(64))
+            return types.uint64(), codegen
+
+        @numba.njit
+        def sp():
+            return frame_address()
+        sp()
+        _SP = sp
+    return _SP
+
+
+def stack_size() -> int:
+    """The C stack size of the calling thread (bytes; a guess where it is unlimited)."""
+    if threading.current_thread() is threading.main_thread():
+        try:
+            import resource
+            soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+            if soft > 0 and soft != resource.RLIM_INFINITY:
+                return soft
+        except (ImportError, ValueError, OSError):
+            pass
+        return 8 << 20
+    return threading.stack_size() or _thread_default()
+
+
+def _thread_default() -> int:
+    # glibc gives new threads RLIMIT_STACK (8 MiB when unlimited); macOS 512 KiB
+    import sys
+    if sys.platform == "darwin":
+        return 512 << 10
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+        if soft > 0 and soft != resource.RLIM_INFINITY:
+            return soft
+    except (ImportError, ValueError, OSError):
+        pass
+    return 8 << 20
+
+
+class stack_guard:
+    """Context of one level of a differentiated recursion: raises RecursionError before
+    the C stack runs out (compiled frames are not counted by Python's recursion limit,
+    so without it a deep recursion kills the interpreter with SIGSEGV)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        st = _STACK
+        depth = getattr(st, "depth", 0)
+        here = _stack_pointer()()
+        if depth == 0:
+            st.base = here
+            st.budget = max(stack_size() - MARGIN, stack_size() // 2)
+        elif st.base - here > st.budget:
+            raise RecursionError(
+                f"maximum recursion depth exceeded in a differentiated recursive function: "
+                f"{depth} levels used {(st.base - here) / 2**20:.1f} MiB of the "
+                f"{stack_size() / 2**20:.0f} MiB C stack (zyg stops before the interpreter crashes); "
+                f"run it in a thread with a larger threading.stack_size(), or raise "
+                f"'ulimit -s', or write the recursion as a loop")
+        st.depth = depth + 1
+        return self
+
+    def __exit__(self, *exc):
+        _STACK.depth -= 1
+        return False
+
+
+STACK_GUARD = stack_guard()
