@@ -31,7 +31,7 @@ from ..numerics import STACK_GUARD
 from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
 from .closure import ConvertedRule
 
-RECURSION_LIMIT = 20000         # Python's limit while recursive calls run (default 1000)
+RECURSION_LIMIT = 100000        # Python's limit while recursive calls run (default 1000)
 
 
 class Records:
