@@ -120,7 +120,7 @@ def _load_names(mod, code: Code, ns: Dict[str, Any], names: List[str], target: s
             f = numerics.njit(f, cache=cache)
             glob[n] = f
         out.append(f)
-    locs = {k + 1: v for k, v in code.locs.items()}   # +1 for the header comment line
+    locs = {k + 2: v for k, v in code.locs.items()}   # +2 for the header comment lines
     return out, path, locs
 
 
