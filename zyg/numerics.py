@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import math
-import operator
 import os
 import threading
 from typing import Any, Callable, Dict, Optional
@@ -101,7 +100,6 @@ def _fallback(key: Any, src: str, glob: Dict[str, Any], exc: BaseException, *arg
         raise exc from None
 
 
-_OPS = {"div": "a / b", "floordiv": "a // b", "mod": "a % b", "pow": "a ** b"}
 
 
 def zyg_div(a, b):
