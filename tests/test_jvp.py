@@ -152,3 +152,49 @@ def test_jvp_errors():
         zyg.jvp(tc.scale2, (1.0, 2.0), (1.0,))
     with pytest.raises(zyg.TypeMismatch, match="tangent has shape"):
         zyg.jvp(lambda a: np.sum(a), (np.ones(3),), (np.ones(4),), target="python")
+
+
+# -- zyg.check_grads over the same cases ---------------------------------------------------------
+# Complements check_jvp: per-element Richardson finite differences for forward mode (one unit
+# tangent per input element) and reverse mode, and the dot-product test <J v, w> = <v, J^T w>
+# between jvp and pullback, with respect to the arguments each case's own test
+# differentiates (points where an argument sits on a branch switch are only differentiated
+# in the others).
+
+def _param_cases_argnums(module):
+    out = []
+    for name in sorted(dir(module)):
+        obj = getattr(module, name)
+        for m in getattr(obj, "pytestmark", []):
+            if m.name == "parametrize" and m.args[0].replace(" ", "") == "f,args,argnums":
+                out += [(c[0], c[1], c[2]) for c in m.args[1]]
+    return out
+
+
+def _checkable(args, argnums):
+    nums = [argnums] if isinstance(argnums, int) else list(argnums)
+    return tuple(i % len(args) for i in nums
+                 if isinstance(args[i], float) or
+                 isinstance(args[i], np.ndarray) and args[i].dtype.kind == "f")
+
+
+CHECKED = [(f, pts[0], _checkable(pts[0], nums)) for f, pts, nums in tcs.CASES] + \
+    [(f, args, _checkable(args, nums)) for f, args, nums in
+     _param_cases_argnums(ta) + _param_cases_argnums(tc)]
+CHECKED = [c for c in CHECKED if c[2]]
+
+
+@pytest.mark.parametrize("case", CHECKED, ids=_id)
+def test_check_grads_python(case):
+    f, args, nums = case
+    if f is tc.chain:
+        from callees import register_rules
+        register_rules()
+    zyg.check_grads(f, args, argnums=nums, target="python")
+
+
+@pytest.mark.parametrize("case", [c for c in CHECKED if c[0].__name__ in
+                                  ("heat_inplace_arg", "particles", "two_types")], ids=_id)
+def test_check_grads_cpu(case):
+    f, args, nums = case
+    zyg.check_grads(f, args, argnums=nums, target="cpu")

@@ -37,6 +37,10 @@ def _invalidate_caches() -> None:
     for s in list(_LIVE):
         s.cache.clear()
     _GRAD_SOURCES.clear()
+    # forward mode and second order read rules too (a stale jvp kept an old rule)
+    _JVPS.clear()
+    _HESS.clear()
+    _JVP_SOURCES.clear()
     from .rules import gradcall
     gradcall.clear_caches()
 
