@@ -310,7 +310,9 @@ def _guarded(fn, reads, sig, spec) -> Callable:
     hidden trailing arguments, and rebuilds when either no longer matches."""
     def slow(args):
         return spec.rebuild(args)
-    return make_caller(reads, fn, sig, slow)
+    call = make_caller(reads, fn, sig, slow)
+    call.compiled = getattr(fn, "compiled", fn)    # what runs behind the guards
+    return call
 
 
 class _StaticDispatch:
