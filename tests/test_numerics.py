@@ -180,3 +180,34 @@ def test_python_target_keeps_python_errors_for_non_numbers():
     with pytest.raises(TypeError):
         zyg_div("a", 2)
     assert zyg_div(1, 0) == math.inf and math.isnan(zyg_div(0.0, 0.0))
+
+
+def test_fused_gradient_reruns_with_zero_cotangent_tests_when_nan():
+    # the fused cpu gradient runs without the zero-cotangent tests inside loops (they cost up
+    # to 1.6x on tight loops); a nan gradient makes it run the variant that has them
+    src = zyg.show(lennard_jones, X_LJ.copy())
+    fused = src[src.index("=== fused"):]
+    assert "raise _ZygRetry()" in fused
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = cached("grad", lennard_jones, 0, "cpu")(X_LJ.copy())
+        _, back = zyg.pullback(lennard_jones, X_LJ.copy(), target="cpu")
+    assert np.array_equal(got, back(1.0)[0])
+
+
+def sqrt_sum(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sqrt(x[i]) * x[i]
+    return s
+
+
+def test_a_true_nan_gradient_stays_nan_on_both_targets():
+    x = np.array([0.5, -1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vp, gp = cached("vg", sqrt_sum, 0, "python")(x.copy())
+        vc, gc = cached("vg", sqrt_sum, 0, "cpu")(x.copy())
+    assert math.isnan(vp) and math.isnan(vc)
+    np.testing.assert_array_equal(np.isnan(gp), [False, True, False])
+    np.testing.assert_allclose(gp, gc, rtol=1e-14)

@@ -17,7 +17,7 @@ import numpy as np
 from . import safety
 from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
-from .numerics import DEFERRED as _DEFERRED, raise_deferred as _raise_deferred
+from .numerics import DEFERRED as _DEFERRED, ZeroCotangentRetry, raise_deferred as _raise_deferred
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.captured import hidden_kind_sig, make_caller
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
@@ -210,16 +210,30 @@ class _Specializer:
         fname = f"{self.name}_{'vg' if value else 'grad'}"
         if p.flat is not None:
             self._args = tuple(_flatten_args(self._args, p.flat.param_trees))
-        _, code, ns, diffable, stacks, parts = emit_fused(p, fname, wrap, value=value)
-        loaded, path, locs = load(code, ns.ns, parts + [fname], self.target, fname)
-        fn = loaded[-1]
-        if stacks:
-            fn = _pooled(fn, stacks, value)
-        else:
-            fn = _fast(_checked(fn, path, locs, ir.name), self._args)
-        if stacks and self.target == "cpu":
-            _checked(fn.compiled, path, locs, ir.name).compile_for(
-                tuple(self._args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
+        target = self.target
+
+        def make(zero_guards: bool, args):
+            name = fname if not zero_guards else fname + "_z"
+            _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, wrap, value=value,
+                                                                     zero_guards=zero_guards)
+            loaded, path, locs = load(code, ns.ns, parts + [name], target, name)
+            fn = loaded[-1]
+            if stacks:
+                fn = _pooled(fn, stacks, value)
+            else:
+                fn = _fast(_checked(fn, path, locs, ir.name), args)
+            if stacks and target == "cpu":
+                _checked(fn.compiled, path, locs, ir.name).compile_for(
+                    tuple(args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
+            return fn, diffable, retry
+
+        # zero-cotangent tests inside loops cost up to 1.6x on tight loops; the gradient runs
+        # without them and, in the rare case that a gradient comes out nan (which is when
+        # leaving them out can matter), again with them, compiled then (docs/numerics.md).
+        # Not on python: speed matters less there than numpy's warnings for the 0 * inf
+        fn, diffable, retry = make(target == "python", self._args)
+        if retry:
+            fn = _with_zero_guards(fn, lambda args: make(True, args)[0])
         fn = safety.guard_grad(fn, self.mode, p, ir)
         if p.flat is not None:
             return _flat_entry(fn, p.flat, wrt, diffable, single, value)
@@ -302,6 +316,25 @@ class _Specializer:
                 return unflatten(flat.ret_tree, list(y))[0], back
             return y, back
         return run
+
+
+def _with_zero_guards(fast: Callable, make: Callable) -> Callable:
+    """``fast`` (a fused gradient without in-loop zero-cotangent tests), falling back to
+    ``make(args)``, the variant with them, when ``fast`` raises ZeroCotangentRetry."""
+    slow: List[Callable] = []
+
+    def run(*args):
+        try:
+            return fast(*args)
+        except ZeroCotangentRetry:
+            pass
+        if not slow:
+            with LOAD_LOCK:
+                if not slow:
+                    slow.append(make(args))
+        return slow[0](*args)
+    run.compiled = getattr(fast, "compiled", fast)
+    return run
 
 
 def _guarded(fn, reads, sig, spec) -> Callable:
@@ -686,7 +719,7 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
     p = plan(ir, kinds, wrt, "python")
     name = _ident(ir.name)
     code, _, _, _ = emit_split(p, name, lambda o: o)
-    _, fused, _, _, _, _ = emit_fused(p, name + "_vg", lambda o: o)
+    _, fused, _, _, _, _, _ = emit_fused(p, name + "_vg", lambda o: o, zero_guards=False)
     kinds_line = ", ".join(f"{q}: {p.kinds.get(q.id)}" for q in ir.params)
     act = ", ".join(f"%{v}" for v in sorted(p.active)) or "(none)"
     text = (f"=== SSA IR of {ir.name} ===\n{p.fn}\n\n"

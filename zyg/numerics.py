@@ -27,6 +27,12 @@ from typing import Any, Callable, Dict, Optional
 _BOUNDSCHECK: Optional[bool] = None
 
 
+class ZeroCotangentRetry(Exception):
+    """Raised by a fused gradient compiled without its in-loop zero-cotangent tests
+    when a gradient came out nan; the caller runs the variant with the tests
+    (``zyg.api``).  Never reaches the user."""
+
+
 def boundscheck() -> bool:
     """Is bounds checking on (``set_boundscheck``, else the ``ZYG_BOUNDSCHECK`` env var)?"""
     if _BOUNDSCHECK is not None:

@@ -216,6 +216,10 @@ class Emitter(ArrayMixin, StructuredMixin):
         self.extra: Dict[int, List[Tuple[str, str]]] = {}    # stmt var id -> [(name, kind)] of fwd residuals
         self.helpers_made: Dict[Tuple[int, str], str] = {}
         self.rules: Dict[int, ConvertedRule] = {}
+        # zero-cotangent tests (adjoint_stmt): False leaves out those inside loops, where
+        # they cost most; the fused gradient then checks its outputs for nan instead
+        self.zero_guards = True
+        self.loop_guards = 0
         self._find_counted_loops()
         self._find_simple_loops()
         self._prepare()
@@ -1013,6 +1017,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         guard = self.kind(st.var) in ("float", "complex") and targets and not (
             conv.back_exprs is not None and
             all(passes_cotangent(conv.back_exprs[i], conv.back_param) for i, _ in targets))
+        if guard and self.in_loop(blk.id):
+            self.loop_guards += 1
+            guard = self.zero_guards
         if guard and conv.back_exprs is not None:
             code.add(ind, f"if {dy} != 0:", st.loc)
             ind += 1
@@ -1305,7 +1312,7 @@ SPLIT_BLOCKS = 16
 COUNTED_FOR = True
 
 
-def emit_fused(p: Plan, name: str, wrap, value: bool = True):
+def emit_fused(p: Plan, name: str, wrap, value: bool = True, zero_guards: bool = True):
     """One function ``name(*args, *buffers) -> (value, grad, *buffers)`` (output cotangent 1).
 
     grad is a tuple if several.  ``buffers`` are the initial stack buffers, one
@@ -1319,10 +1326,16 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True):
     ``name`` calls: LLVM optimises the two halves of one large function much worse
     (the GMM gradient ran 3x slower as one function).  Returns also ``parts``, the
     names to compile before ``name``.
+
+    With ``zero_guards=False`` the adjoint leaves out the zero-cotangent tests inside
+    loops (docs/numerics.md) and raises ``ZeroCotangentRetry`` when a gradient comes out
+    nan, which is the only way leaving them out can change a result: the caller then
+    runs the variant with the tests.  The last item returned says whether any was left out.
     """
     if len(p.fn.order) >= SPLIT_BLOCKS:
-        return _emit_fused_split(p, name, wrap, value)
+        return _emit_fused_split(p, name, wrap, value, zero_guards)
     em = Emitter(p, wrap)
+    em.zero_guards = zero_guards
     adj = Code()
     em.adjoint(adj, 1)
     body = Code()
@@ -1342,13 +1355,34 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True):
     if not outs:
         g = "()"
     res = ([("_ret")] if value else []) + [g] + [f"_{s}s" for s in stacks]
+    retry = _nan_check(em, code, outs)
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
     diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]
-    return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks], []
+    return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks], [], retry
 
 
-def _emit_fused_split(p: Plan, name: str, wrap, value: bool):
+def _nan_check(em: "Emitter", code: Code, outs: List[str]) -> bool:
+    """When zero-cotangent tests were left out (``em.zero_guards`` False), raise
+    ZeroCotangentRetry if a gradient in ``outs`` holds a nan."""
+    if em.zero_guards or not em.loop_guards:
+        return False
+    from ..numerics import ZeroCotangentRetry
+    em.ns.ns["_ZygRetry"] = ZeroCotangentRetry
+    conds = []
+    grads = [p for i in em.p.wrt for p in [em.fn.params[i]] if differentiable(em.kind(p))]
+    for p, o in zip(grads, outs):
+        if not em.is_active(p):
+            continue
+        conds.append(f"np.isnan({o}).any()" if is_array(em.kind(p)) else f"{o} != {o}")
+    if conds:
+        code.add(1, f"if {' or '.join(conds)}:")
+        code.add(2, "raise _ZygRetry()")
+    return True
+
+
+def _emit_fused_split(p: Plan, name: str, wrap, value: bool, zero_guards: bool = True):
     em = Emitter(p, wrap)
+    em.zero_guards = zero_guards
     code, tape = _split_code(em, p, name, pooled=True, replay=False)
     stacks = sorted(em.stack_used)
     outs = em.grad_outputs()
@@ -1361,10 +1395,11 @@ def _emit_fused_split(p: Plan, name: str, wrap, value: bool):
     code.add(1, f"_g = {name}_adjoint({''.join(f'_tp[{k}], ' for k in range(len(tape)))}1.0)")
     g = "_g[0]" if len(outs) == 1 else "_g"
     res = (["_ret"] if value else []) + [g] + [f"_tp[{tape.index(f'_{s}s')}]" for s in stacks]
+    retry = _nan_check(em, code, [f"_g[{k}]" for k in range(len(outs))])
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
     diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]
     return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks], \
-        [name + "_primal", name + "_adjoint"]
+        [name + "_primal", name + "_adjoint"], retry
 
 
 def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
