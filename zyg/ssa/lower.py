@@ -67,8 +67,6 @@ _UNSUPPORTED_STMT_HINTS = {
     "Delete": "'del' is not supported; just stop using the variable",
     "Import": "import modules at module level, outside the differentiated function",
     "ImportFrom": "import modules at module level, outside the differentiated function",
-    "Raise": "raising exceptions is not supported in differentiated code",
-    "Assert": "assertions are not supported in differentiated code; check before calling",
 }
 _UNSUPPORTED_EXPR_HINTS = {
     "Yield": "generators cannot be differentiated",
@@ -489,6 +487,14 @@ class Lowerer:
 
     def stmt_Pass(self, st) -> None:
         pass
+
+    def stmt_Raise(self, st) -> None:
+        from .raising import lower_raise
+        lower_raise(self, st)
+
+    def stmt_Assert(self, st) -> None:
+        from .raising import lower_assert
+        lower_assert(self, st)
 
     def stmt_Expr(self, st) -> None:
         if isinstance(st.value, gast.Constant):
