@@ -391,13 +391,16 @@ class Lowerer:
         for bad, what in ((args.vararg, "*args"), (args.kwarg, "**kwargs")):
             if bad is not None:
                 raise self.unsupported(node, f"{what} parameters are not supported")
-        if args.kwonlyargs:
-            raise self.unsupported(node, "keyword-only parameters are not supported")
-        argnames = [a.id for a in args.posonlyargs + args.args]
+        # keyword-only parameters follow the positional ones (zyg/entry.py binds calls)
+        argnames = [a.id for a in args.posonlyargs + args.args + args.kwonlyargs]
         entry = self.new_block(node)
         self.entry_id = entry
         self.sealed.add(entry)
         for i, name in enumerate(argnames):
+            if i in self.statics and self.statics[i] is None:
+                # an optional argument passed as None: a constant of this specialisation
+                self.write(name, entry, Const(None))
+                continue
             if i in self.statics:
                 # a function argument: bound statically, not a parameter of the SSA function
                 self.f.static[name] = self.statics[i]
@@ -1018,7 +1021,8 @@ class Lowerer:
         fn = _CMPOPS.get(type(op))
         if fn is None:
             raise self.unsupported(node, f"comparison '{type(op).__name__}' is not supported",
-                                   "'is', 'in' and their negations are not differentiable code")
+                                   "'is None' and 'is not None' are supported on their own, not "
+                               "chained; 'in' is not supported")
         return fn
 
     # -- expressions -------------------------------------------------------------------
@@ -1209,6 +1213,9 @@ class Lowerer:
         return self.emit(op, [v], node, hint)
 
     def expr_Compare(self, node, hint) -> Operand:
+        if len(node.ops) == 1 and isinstance(node.ops[0], (gast.Is, gast.IsNot)):
+            from .nones import lower_is
+            return lower_is(self, node, hint)
         if len(node.ops) == 1:
             left = self.expr(node.left)
             right = self.expr(node.comparators[0])

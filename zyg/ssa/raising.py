@@ -29,7 +29,7 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
     numba's nopython mode cannot do) is raised from a plain Python function called in
     numba's object mode.  Cached by exception class and source, so that a function
     lowered again reuses it."""
-    from ..rules.registry import nondifferentiable
+    from ..rules.registry import declare_builtin_nondifferentiable
     params = [f"a{k}" for k in range(nparams)]
     head = ["ok"] if check else []
     ind = "        " if check else "    "
@@ -48,7 +48,7 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
                      f"<zyg {name}>", "exec"), ns)
         fn = ns[name]
         fn.__qualname__ = name
-        nondifferentiable(fn)
+        declare_builtin_nondifferentiable(fn)
         _RAISERS[key] = fn
     return fn
 
