@@ -1122,6 +1122,9 @@ class Lowerer:
             base = self.static_value(node.value)
             if base is None or isinstance(base, Closure):
                 return None
+            from .objects import is_instance_object, static_attribute
+            if is_instance_object(base):
+                return static_attribute(self, base, node)     # self.helper, self.alpha
             try:
                 value = getattr(base, node.attr)
             except AttributeError:
@@ -1183,6 +1186,10 @@ class Lowerer:
         self.f.static[name] = value
 
     def expr_Attribute(self, node, hint) -> Operand:
+        from .objects import attribute_value, instance_of
+        obj = instance_of(self, node.value)
+        if obj is not None:
+            return attribute_value(self, obj, node, hint)     # self.w: read at call time
         value = self.static_value(node)
         if value is None:
             # array attributes and namedtuple fields (checked once kinds are known)
@@ -1305,7 +1312,8 @@ class Lowerer:
         if found is not None:
             # zyg.grad(g)(args) / dg(args): the primitive GradOf (rules/gradcall.py)
             return lower_grad_call(self, found, node, hint)
-        if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
+        if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)) or \
+                isinstance(fn, types.MethodType) and is_user_function(fn.__func__):
             return self.inline(fn, node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "_replace":
             if node.args or any(k.arg is None for k in node.keywords):
@@ -1367,6 +1375,9 @@ class Lowerer:
         The callee's locals live in a frame of their own; arguments are bound by
         Python's rules (positional, keywords, defaults, ``*`` of a tuple).
         """
+        pre: List[Any] = []
+        if isinstance(fn, types.MethodType):
+            pre, fn = [fn.__self__], fn.__func__        # self.helper(x): self bound statically
         if isinstance(fn, Closure):
             fdef, src, parent, what = fn.node, fn.frame.src, fn.frame, fn.node
             glob, cells = fn.frame.globals, fn.frame.closure
@@ -1384,7 +1395,7 @@ class Lowerer:
             return self.recursive_call(fn, fdef, name, node, hint, defaults, kwdefaults)
         if len(self.frames) > MAX_INLINE_DEPTH:
             raise self.unsupported(node, f"calls nested more than {MAX_INLINE_DEPTH} deep")
-        bound = self.bind_args(fdef, name, node, defaults, kwdefaults)
+        bound = self.bind_args(fdef, name, node, defaults, kwdefaults, pre)
         self.ninline += 1
         frame = _Frame(src, glob, cells, f"{self.ninline}:", parent, what)
         a = fdef.args
@@ -1501,7 +1512,8 @@ class Lowerer:
             return v
         raise self.unsupported(node, f"a default value of type {type(v).__name__} is not supported")
 
-    def bind_args(self, fdef, name: str, node, defaults: List[Any], kwdefaults: Dict[str, Any]) -> Dict[str, Any]:
+    def bind_args(self, fdef, name: str, node, defaults: List[Any], kwdefaults: Dict[str, Any],
+                  pre: Optional[List[Any]] = None) -> Dict[str, Any]:
         a = fdef.args
         if a.vararg is not None or a.kwarg is not None:
             raise self.unsupported(node, f"{name!r} has *args or **kwargs parameters, which zyg "
@@ -1513,7 +1525,7 @@ class Lowerer:
             if k.arg is None:
                 raise self.unsupported(node, "'**' unpacking in calls is not supported")
             kw[k.arg] = self.call_arg(k.value)
-        pos: List[Any] = []
+        pos: List[Any] = list(pre or ())
         star = None
         for x in node.args:
             if isinstance(x, gast.Starred):
