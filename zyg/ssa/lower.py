@@ -1304,6 +1304,10 @@ class Lowerer:
             # np.add(a, b, a): the in-place update of generated code (a += b)
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        from .desugar import is_reduction, lower_reduction
+        if is_reduction(fn, node):
+            # sum(x[i] ** 2 for i in range(n)): a loop (zyg/ssa/desugar.py)
+            return lower_reduction(self, fn, node, hint)
         from ..rules.higher import checkpoint, hook
         if fn is hook or fn is checkpoint:
             return self.function_call_prim(fn, node, hint)
