@@ -1304,6 +1304,9 @@ class Lowerer:
             # np.add(a, b, a): the in-place update of generated code (a += b)
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        if fn is builtins.print:
+            from .raising import lower_print
+            return lower_print(self, node)
         from .desugar import is_reduction, lower_reduction
         if is_reduction(fn, node):
             # sum(x[i] ** 2 for i in range(n)): a loop (zyg/ssa/desugar.py)
@@ -1338,6 +1341,10 @@ class Lowerer:
             elif meth is np.transpose and args:
                 raise self.unsupported(node, "transpose() with axes is not supported", "use a.T")
             return self.emit(meth, [base] + args, node, hint, kwargs)
+        if fn is None and isinstance(node.func, gast.Call) and \
+                self.static_value(node.func.func) is builtins.type:
+            raise self.unsupported(node, "type(x)(...) casts are not supported in differentiated code",
+                                   "write the type: float(...), complex(...) or int(...)")
         if fn is None:
             raise self.unsupported(node.func, "calling a local value is not supported",
                                    "call module-level functions")
@@ -1367,7 +1374,7 @@ class Lowerer:
             for a in args[1:]:
                 acc = self.emit(fn, [acc, a], node, hint)
             return acc
-        if fn in (builtins.range, builtins.print):
+        if fn is builtins.range:
             raise self.unsupported(node, f"{fn.__name__}() is not supported here")
         return self.emit(fn, args, node, hint, kwargs)
 

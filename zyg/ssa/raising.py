@@ -19,11 +19,18 @@ from typing import Any, Dict, List, Tuple
 
 import gast
 
+from .ir import Operand
+
 _RAISERS: Dict[Tuple[Any, str], Any] = {}
 _COUNT = itertools.count()
 
 
-def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: str) -> Any:
+def _none_kind(kinds) -> str:
+    return "none"
+
+
+def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: str,
+            action: str = "raise _exc({})") -> Any:
     """A non-differentiable function ``name([ok,] a0, a1, ...)`` that raises ``exc(msg)``
     (when ``check``: only if ``ok`` is false).  A message that formats values (which
     numba's nopython mode cannot do) is raised from a plain Python function called in
@@ -36,18 +43,20 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
     if formats:
         raise_src = f"{ind}with _objmode():\n{ind}    _format_and_raise({', '.join(params)})\n"
     else:
-        raise_src = f"{ind}raise _exc({msg})\n"
+        raise_src = f"{ind}{action.format(msg)}\n"
     src = f"def {name}({', '.join(head + params)}):\n" + \
         ("    if not ok:\n" if check else "") + raise_src
-    key = (exc, msg, nparams, check, formats)
+    key = (exc, msg, nparams, check, formats, action)
     fn = _RAISERS.get(key)
     if fn is None:
         import numba
         ns: Dict[str, Any] = {"_exc": exc, "_objmode": numba.objmode}
-        exec(compile(f"def _format_and_raise({', '.join(params)}):\n    raise _exc({msg})\n" + src,
+        exec(compile(f"def _format_and_raise({', '.join(params)}):\n    {action.format(msg)}\n" + src,
                      f"<zyg {name}>", "exec"), ns)
         fn = ns[name]
         fn.__qualname__ = name
+        # its result is None: kind inference must not run it on sample values
+        fn._zyg_kind = _none_kind
         declare_builtin_nondifferentiable(fn)
         _RAISERS[key] = fn
     return fn
@@ -165,3 +174,21 @@ def lower_assert(low, st) -> None:
     fn = _raiser(AssertionError, msg, len(params.values), True, params.formats,
                  _name(low, st, "assert"))
     _call(low, fn, params, st, [test])
+
+
+def lower_print(low, node) -> Operand:
+    """``print(...)``: passed through to the primal (a non-differentiable call that the
+    adjoint never repeats); values formatted in Python are printed from object mode."""
+    for k in node.keywords:
+        if k.arg not in ("sep", "end") or not isinstance(k.value, gast.Constant):
+            raise low.unsupported(node, "print() in differentiated code takes positional values "
+                                        "and constant sep= and end=")
+    if any(isinstance(a, gast.Starred) for a in node.args):
+        raise low.unsupported(node, "'*' arguments of print() are not supported")
+    params = _Params()
+    msg = _message(low, node.args, params)
+    extra = "".join(f", {k.arg}={k.value.value!r}" for k in node.keywords)
+    formats = True      # printed by Python (numba cannot print from generated modules)
+    fn = _raiser(None, msg + extra, len(params.values), False, formats, _name(low, node, "print"),
+                 action="print({})")
+    return low.emit(fn, [low.expr(v) for v in params.values], node, "")
