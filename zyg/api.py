@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import safety
+from . import dicts as _dicts, safety
 from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .numerics import DEFERRED as _DEFERRED, raise_deferred as _raise_deferred
@@ -617,6 +617,10 @@ def _make(f, argnums, target, mode, doc):
     cache = spec.cache
 
     def slow(args):
+        if _dicts.has_dict(args):
+            # dict arguments (zyg/dicts.py): never in the cache, so only these calls pay
+            args = tuple(_dicts.to_tuples(a) for a in args)
+            return _dicts.to_dicts(spec.build(args)(*args))
         entry = spec.build(args)
         return entry(*args)
     g = _fast_wrapper(unwrap(f), cache, slow)

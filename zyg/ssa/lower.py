@@ -1283,6 +1283,9 @@ class Lowerer:
         return self.emit(MakeTuple(), [self.expr(e) for e in node.elts], node, hint)
 
     def expr_Subscript(self, node, hint) -> Operand:
+        if isinstance(node.slice, gast.Constant) and isinstance(node.slice.value, str):
+            # params["w"]: a dict argument is a namedtuple of its keys (zyg/dicts.py)
+            return self.emit(Attr(node.slice.value), [self.expr(node.value)], node, hint)
         base = self.expr(node.value)
         spec, ops = self.index(node.slice)
         return self.emit(GetItem(spec), [base] + ops, node, hint)
