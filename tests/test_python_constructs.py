@@ -240,3 +240,114 @@ def test_partial(target):
     v, gd = zyg.value_and_grad(p3, target=target)(d)
     assert v == pytest.approx(wsum(x, d))
     assert_close(gd, fd(p3, d))
+
+
+# -- comprehensions, generator expressions, print, dicts ------------------------------------
+
+def sum_gen(x):
+    n = x.shape[0]
+    return sum(x[i] ** 2 for i in range(n))
+
+
+def sum_listcomp_if(x):
+    return sum([math.sin(v) * v for v in x if v > 0.0], 1.0)
+
+
+def max_min_gen(x):
+    return max(v * v for v in x) + min(abs(v) for v in x)
+
+
+def nested_gen(x):
+    return sum(x[i] * x[j] for i in range(3) for j in range(i))
+
+
+def zip_enumerate_gen(x):
+    y = x * 2.0 + 1.0
+    return sum(a * b for a, b in zip(x, y)) + sum(i * v for i, v in enumerate(x))
+
+
+def comprehension_does_not_leak(x):
+    i = 2
+    s = sum(x[i] for i in range(2))
+    return s * x[i]
+
+
+def prints(x):
+    r = 0.0
+    for i in range(2):
+        r = r + x * x
+        print("it", i, f"r={r:.2f}")
+    return r
+
+
+def dict_params(p, x):
+    return np.sum(p["w"] * x) ** 2 + p["b"] * p["w"][0]
+
+
+COMPREHENSIONS = [sum_gen, sum_listcomp_if, max_min_gen, nested_gen, zip_enumerate_gen,
+                  comprehension_does_not_leak]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("f", COMPREHENSIONS, ids=lambda f: f.__name__)
+def test_comprehensions(f, target):
+    x = np.array([0.5, -1.3, 2.0])
+    assert_close(grad_of(f, target)(x), fd(f, x))
+    v, _ = grad_of(f, target, mode="vg")(x)
+    assert v == pytest.approx(f(x), rel=1e-14)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_print_in_primal_only(target, capfd):
+    capfd.readouterr()
+    y, back = zyg.pullback(prints, 1.5, target=target)
+    g = back(1.0)[0]
+    out = capfd.readouterr().out
+    assert out == "it 0 r=2.25\nit 1 r=4.50\n"
+    assert g == pytest.approx(fd(prints, 1.5), rel=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dict_argument_gradient_is_a_dict(target):
+    p = {"w": np.array([1.0, 2.0]), "b": 0.5}
+    x = np.array([0.3, -0.4])
+    g = grad_of(dict_params, target)(p, x)
+    assert isinstance(g, dict) and list(g) == ["w", "b"]
+    assert_close(g["w"], fd(lambda w: dict_params({"w": w, "b": 0.5}, x), p["w"]))
+    assert_close(g["b"], fd(lambda b: dict_params({"w": p["w"], "b": b}, x), 0.5))
+    v, (gp, gx) = grad_of(dict_params, target, (0, 1), mode="vg")(p, x)
+    assert v == pytest.approx(dict_params(p, x))
+    assert_close(gx, fd(lambda t: dict_params(p, t), x))
+    assert_close(gp["w"], g["w"])
+
+
+# -- what is not supported says so, at the user's line ---------------------------------------
+
+def reraises(x):
+    raise
+
+
+def raise_from(x):
+    raise ValueError("no") from None
+
+
+def type_cast(x):
+    return x * type(x)(2)
+
+
+def is_not_none_chain(x):
+    return x * (x is math.pi)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (reraises, "bare 'raise'"),
+    (raise_from, "'raise ... from ...'"),
+    (type_cast, "type(x)(...) casts are not supported"),
+    (is_not_none_chain, "only supported against None"),
+])
+def test_unsupported_constructs_name_the_line(fn, words):
+    with pytest.raises(zyg.UnsupportedSyntax) as info:
+        zyg.grad(fn, target="python")(1.5)
+    e = info.value
+    assert words in e.msg
+    assert e.filename == __file__ and e.lineno == fn.__code__.co_firstlineno + 1

@@ -38,6 +38,9 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
     lowered again reuses it."""
     from ..rules.registry import declare_builtin_nondifferentiable
     params = [f"a{k}" for k in range(nparams)]
+    # run-time values in the exception: raised by Python (numba's own exceptions with
+    # run-time arguments do not survive its disk cache)
+    formats = formats or nparams > 0
     head = ["ok"] if check else []
     ind = "        " if check else "    "
     if formats:
@@ -57,6 +60,8 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
         fn.__qualname__ = name
         # its result is None: kind inference must not run it on sample values
         fn._zyg_kind = _none_kind
+        # numba's disk cache keeps no environment for object mode: callers compile afresh
+        fn._zyg_uncacheable = formats
         declare_builtin_nondifferentiable(fn)
         _RAISERS[key] = fn
     return fn
