@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import safety
+from . import dicts as _dicts, safety
 from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
 from .errors import TypeMismatch, ZygError
 from .numerics import DEFERRED as _DEFERRED, ZeroCotangentRetry, raise_deferred as _raise_deferred
@@ -76,7 +76,8 @@ def _with_hidden(ir: Function, args: Sequence[Any]) -> tuple:
 
 def _is_static(a: Any) -> bool:
     """Arguments passed as functions: inlined into the transformed code, not differentiated."""
-    return callable(a) and not isinstance(a, (np.ndarray, np.generic, type))
+    # None (an optional argument left at its default) is bound as a constant: ``x is None``
+    return a is None or callable(a) and not isinstance(a, (np.ndarray, np.generic, type))
 
 
 _ALLOWED = ("bool", "int", "float", "complex")
@@ -612,7 +613,7 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
     ~250 ns for ``tuple(map(type, args))`` on a ``*args`` wrapper."""
     code = getattr(pyf, "__code__", None)
     n = code.co_argcount if code is not None and not (code.co_flags & 0x0C) else None
-    if n is None or n > 8 or pyf.__defaults__:
+    if n is None or n > 8 or pyf.__defaults__ or code.co_kwonlyargcount:
         def g(*args):
             fn = cache.get(_type_key(args))
             if fn is None:
@@ -643,14 +644,23 @@ def _fast_wrapper(pyf, cache, slow) -> Callable:
 def _make(f, argnums, target, mode, doc):
     if hasattr(f, "_zyg") and mode != "pullback":
         return _nested(f, argnums, target, mode, doc)
+    from .entry import adapt
+    f, binder = adapt(f)
     spec = _Specializer(f, argnums, target, mode)
     cache = spec.cache
 
     def slow(args):
+        if _dicts.has_dict(args):
+            # dict arguments (zyg/dicts.py): never in the cache, so only these calls pay
+            args = tuple(_dicts.to_tuples(a) for a in args)
+            return _dicts.to_dicts(spec.build(args)(*args))
         entry = spec.build(args)
         return entry(*args)
     g = _fast_wrapper(unwrap(f), cache, slow)
-    functools.update_wrapper(g, unwrap(f))
+    if binder is not None:
+        # defaults, keywords, a method's object or a partial's values (zyg/entry.py)
+        g = binder.wrap(g, getattr(unwrap(f), "__name__", "f"))
+    functools.update_wrapper(g, unwrap(f) if binder is None else binder.fn)
     # not a transparent wrapper: zyg must not differentiate g as if it were f
     del g.__wrapped__
     g.__doc__ = doc
@@ -687,6 +697,10 @@ _PULLBACKS: Dict[Tuple[Any, str], _Specializer] = {}
 def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callable]:
     """Run ``f(*args)`` and return ``(y, back)``; ``back(dy)`` gives one cotangent per
     positional argument (None for ints and bools).  ``back`` may be called many times."""
+    from .entry import adapt
+    f, binder = adapt(f)
+    if binder is not None:
+        args = binder.bind(args, {}, getattr(unwrap(f), "__name__", "f"))
     key = (unwrap(f), target)
     spec = _PULLBACKS.get(key)
     if spec is None:

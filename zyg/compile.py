@@ -55,6 +55,9 @@ def wrapper_for(target: str):
             got = _njit_cache.get(key)
             if got is None or got[0] is not obj:
                 got = (obj, numerics.njit(obj))
+                if getattr(obj, "_zyg_uncacheable", False):
+                    # object mode inside (zyg/ssa/raising.py): callers skip the disk cache
+                    got[1]._zyg_uncacheable = True
                 _njit_cache[key] = got
             return got[1]
         return obj

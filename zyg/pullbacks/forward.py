@@ -490,7 +490,8 @@ class Forward:
         lhs, rhs = [], []
         for p, a in zip(params, args):
             lhs.append(var_name(p))
-            rhs.append(self.src(a))
+            # an undefined operand (a path that raised) keeps the parameter's kind for numba
+            rhs.append(zero_of(self.kind(p)) if isinstance(a, Undef) else self.src(a))
             if self.active(p):
                 lhs.append("t_" + var_name(p))
                 rhs.append(self.tz(a) if not is_array(self.kind(p)) or self.active(a)

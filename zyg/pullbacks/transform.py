@@ -37,7 +37,7 @@ from ..ssa.prims import Attr, InPlace
 from .arrays import ArrayMixin, zero_of
 from .structured import StructuredMixin
 from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Namespace, const_src, var_name
-from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var, callee_name
+from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
 from .tape import INITIAL, KIND_STACK, STACKS, grow_for
@@ -647,7 +647,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         params = self.fn.blocks[target].params
         if params:
             lhs = [var_name(p) for p in params]
-            rhs = [self.src(a) for a in args]
+            # an undefined operand (a path that raised) keeps the parameter's kind for numba
+            rhs = [zero_of(self.kind(p)) if isinstance(a, Undef) else self.src(a)
+                   for p, a in zip(params, args)]
             if record:
                 # written arrays carry their shadow along (pointers, as the values)
                 for p, a in zip(params, args):

@@ -95,6 +95,17 @@ def nondifferentiable(fn: Any) -> Any:
     return fn
 
 
+def declare_builtin_nondifferentiable(fn: Any) -> Any:
+    """Declare a function zyg generates itself (a raiser, an ``is None`` test)
+    non-differentiable for good: it survives :func:`reset_user_rules`, and no cache is
+    cleared (nothing compiled can refer to a function that did not exist)."""
+    k = _key(fn)
+    _NONDIFF[k] = True
+    _BUILTIN_NONDIFF[k] = True
+    _BUILTIN_KEYS.add(k)
+    return fn
+
+
 def lookup(fn: Any) -> Optional[Rule]:
     """The rule registered for ``fn``, or None."""
     try:

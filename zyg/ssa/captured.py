@@ -23,13 +23,13 @@ _MISSING = object()
 
 
 class Slot:
-    """A place a lowered function reads a value from: ``dict[key]``, ``cell.cell_contents``
-    or ``fn.__defaults__[key]``."""
+    """A place a lowered function reads a value from: ``dict[key]``, ``cell.cell_contents``,
+    ``fn.__defaults__[key]`` or ``getattr(obj, key)``."""
 
     __slots__ = ("kind", "obj", "key", "name")
 
     def __init__(self, kind: str, obj: Any, key: Any, name: str):
-        self.kind = kind        # "dict", "cell" or "default"
+        self.kind = kind        # "dict", "cell", "default" or "attr" (an object's attribute)
         self.obj = obj
         self.key = key
         self.name = name        # for messages: the name the user wrote
@@ -45,6 +45,8 @@ class Slot:
                 return self.obj.cell_contents
             except ValueError:
                 return _MISSING
+        if self.kind == "attr":
+            return getattr(self.obj, self.key, _MISSING)
         d = self.obj.__defaults__ or ()
         return d[self.key] if self.key < len(d) else _MISSING
 
@@ -54,6 +56,8 @@ class Slot:
             return f"{var}.get({self.key!r}, _MISSING)"
         if self.kind == "cell":
             return f"_cell({var})"
+        if self.kind == "attr":
+            return f"getattr({var}, {self.key!r}, _MISSING)"
         return f"_default({var}, {self.key!r})"
 
     def __repr__(self) -> str:

@@ -67,17 +67,15 @@ _UNSUPPORTED_STMT_HINTS = {
     "Delete": "'del' is not supported; just stop using the variable",
     "Import": "import modules at module level, outside the differentiated function",
     "ImportFrom": "import modules at module level, outside the differentiated function",
-    "Raise": "raising exceptions is not supported in differentiated code",
-    "Assert": "assertions are not supported in differentiated code; check before calling",
 }
 _UNSUPPORTED_EXPR_HINTS = {
     "Yield": "generators cannot be differentiated",
     "YieldFrom": "generators cannot be differentiated",
     "Await": "async code is not supported",
-    "ListComp": "comprehensions are not supported; write an explicit loop",
+    "ListComp": "comprehensions are supported as the argument of sum/min/max; otherwise write an explicit loop",
     "SetComp": "comprehensions are not supported; write an explicit loop",
     "DictComp": "comprehensions are not supported; write an explicit loop",
-    "GeneratorExp": "generator expressions are not supported; write an explicit loop",
+    "GeneratorExp": "generator expressions are supported as the argument of sum/min/max; otherwise write an explicit loop",
     "List": "lists are only supported as np.array([x, y, ...]) of numbers",
     "Dict": "dicts are not supported",
     "Set": "sets are not supported",
@@ -393,13 +391,16 @@ class Lowerer:
         for bad, what in ((args.vararg, "*args"), (args.kwarg, "**kwargs")):
             if bad is not None:
                 raise self.unsupported(node, f"{what} parameters are not supported")
-        if args.kwonlyargs:
-            raise self.unsupported(node, "keyword-only parameters are not supported")
-        argnames = [a.id for a in args.posonlyargs + args.args]
+        # keyword-only parameters follow the positional ones (zyg/entry.py binds calls)
+        argnames = [a.id for a in args.posonlyargs + args.args + args.kwonlyargs]
         entry = self.new_block(node)
         self.entry_id = entry
         self.sealed.add(entry)
         for i, name in enumerate(argnames):
+            if i in self.statics and self.statics[i] is None:
+                # an optional argument passed as None: a constant of this specialisation
+                self.write(name, entry, Const(None))
+                continue
             if i in self.statics:
                 # a function argument: bound statically, not a parameter of the SSA function
                 self.f.static[name] = self.statics[i]
@@ -489,6 +490,14 @@ class Lowerer:
 
     def stmt_Pass(self, st) -> None:
         pass
+
+    def stmt_Raise(self, st) -> None:
+        from .raising import lower_raise
+        lower_raise(self, st)
+
+    def stmt_Assert(self, st) -> None:
+        from .raising import lower_assert
+        lower_assert(self, st)
 
     def stmt_Expr(self, st) -> None:
         if isinstance(st.value, gast.Constant):
@@ -1012,7 +1021,8 @@ class Lowerer:
         fn = _CMPOPS.get(type(op))
         if fn is None:
             raise self.unsupported(node, f"comparison '{type(op).__name__}' is not supported",
-                                   "'is', 'in' and their negations are not differentiable code")
+                                   "'is None' and 'is not None' are supported on their own, not "
+                               "chained; 'in' is not supported")
         return fn
 
     # -- expressions -------------------------------------------------------------------
@@ -1112,6 +1122,9 @@ class Lowerer:
             base = self.static_value(node.value)
             if base is None or isinstance(base, Closure):
                 return None
+            from .objects import is_instance_object, static_attribute
+            if is_instance_object(base):
+                return static_attribute(self, base, node)     # self.helper, self.alpha
             try:
                 value = getattr(base, node.attr)
             except AttributeError:
@@ -1173,6 +1186,10 @@ class Lowerer:
         self.f.static[name] = value
 
     def expr_Attribute(self, node, hint) -> Operand:
+        from .objects import attribute_value, instance_of
+        obj = instance_of(self, node.value)
+        if obj is not None:
+            return attribute_value(self, obj, node, hint)     # self.w: read at call time
         value = self.static_value(node)
         if value is None:
             # array attributes and namedtuple fields (checked once kinds are known)
@@ -1203,6 +1220,9 @@ class Lowerer:
         return self.emit(op, [v], node, hint)
 
     def expr_Compare(self, node, hint) -> Operand:
+        if len(node.ops) == 1 and isinstance(node.ops[0], (gast.Is, gast.IsNot)):
+            from .nones import lower_is
+            return lower_is(self, node, hint)
         if len(node.ops) == 1:
             left = self.expr(node.left)
             right = self.expr(node.comparators[0])
@@ -1263,6 +1283,9 @@ class Lowerer:
         return self.emit(MakeTuple(), [self.expr(e) for e in node.elts], node, hint)
 
     def expr_Subscript(self, node, hint) -> Operand:
+        if isinstance(node.slice, gast.Constant) and isinstance(node.slice.value, str):
+            # params["w"]: a dict argument is a namedtuple of its keys (zyg/dicts.py)
+            return self.emit(Attr(node.slice.value), [self.expr(node.value)], node, hint)
         base = self.expr(node.value)
         spec, ops = self.index(node.slice)
         return self.emit(GetItem(spec), [base] + ops, node, hint)
@@ -1284,6 +1307,13 @@ class Lowerer:
             # np.add(a, b, a): the in-place update of generated code (a += b)
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        if fn is builtins.print:
+            from .raising import lower_print
+            return lower_print(self, node)
+        from .desugar import is_reduction, lower_reduction
+        if is_reduction(fn, node):
+            # sum(x[i] ** 2 for i in range(n)): a loop (zyg/ssa/desugar.py)
+            return lower_reduction(self, fn, node, hint)
         from ..rules.higher import checkpoint, hook
         if fn is hook or fn is checkpoint:
             return self.function_call_prim(fn, node, hint)
@@ -1292,7 +1322,8 @@ class Lowerer:
         if found is not None:
             # zyg.grad(g)(args) / dg(args): the primitive GradOf (rules/gradcall.py)
             return lower_grad_call(self, found, node, hint)
-        if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)):
+        if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)) or \
+                isinstance(fn, types.MethodType) and is_user_function(fn.__func__):
             return self.inline(fn, node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "_replace":
             if node.args or any(k.arg is None for k in node.keywords):
@@ -1313,6 +1344,10 @@ class Lowerer:
             elif meth is np.transpose and args:
                 raise self.unsupported(node, "transpose() with axes is not supported", "use a.T")
             return self.emit(meth, [base] + args, node, hint, kwargs)
+        if fn is None and isinstance(node.func, gast.Call) and \
+                self.static_value(node.func.func) is builtins.type:
+            raise self.unsupported(node, "type(x)(...) casts are not supported in differentiated code",
+                                   "write the type: float(...), complex(...) or int(...)")
         if fn is None:
             raise self.unsupported(node.func, "calling a local value is not supported",
                                    "call module-level functions")
@@ -1342,7 +1377,7 @@ class Lowerer:
             for a in args[1:]:
                 acc = self.emit(fn, [acc, a], node, hint)
             return acc
-        if fn in (builtins.range, builtins.print):
+        if fn is builtins.range:
             raise self.unsupported(node, f"{fn.__name__}() is not supported here")
         return self.emit(fn, args, node, hint, kwargs)
 
@@ -1354,6 +1389,9 @@ class Lowerer:
         The callee's locals live in a frame of their own; arguments are bound by
         Python's rules (positional, keywords, defaults, ``*`` of a tuple).
         """
+        pre: List[Any] = []
+        if isinstance(fn, types.MethodType):
+            pre, fn = [fn.__self__], fn.__func__        # self.helper(x): self bound statically
         if isinstance(fn, Closure):
             fdef, src, parent, what = fn.node, fn.frame.src, fn.frame, fn.node
             glob, cells = fn.frame.globals, fn.frame.closure
@@ -1371,7 +1409,7 @@ class Lowerer:
             return self.recursive_call(fn, fdef, name, node, hint, defaults, kwdefaults)
         if len(self.frames) > MAX_INLINE_DEPTH:
             raise self.unsupported(node, f"calls nested more than {MAX_INLINE_DEPTH} deep")
-        bound = self.bind_args(fdef, name, node, defaults, kwdefaults)
+        bound = self.bind_args(fdef, name, node, defaults, kwdefaults, pre)
         self.ninline += 1
         frame = _Frame(src, glob, cells, f"{self.ninline}:", parent, what)
         a = fdef.args
@@ -1488,7 +1526,8 @@ class Lowerer:
             return v
         raise self.unsupported(node, f"a default value of type {type(v).__name__} is not supported")
 
-    def bind_args(self, fdef, name: str, node, defaults: List[Any], kwdefaults: Dict[str, Any]) -> Dict[str, Any]:
+    def bind_args(self, fdef, name: str, node, defaults: List[Any], kwdefaults: Dict[str, Any],
+                  pre: Optional[List[Any]] = None) -> Dict[str, Any]:
         a = fdef.args
         if a.vararg is not None or a.kwarg is not None:
             raise self.unsupported(node, f"{name!r} has *args or **kwargs parameters, which zyg "
@@ -1500,7 +1539,7 @@ class Lowerer:
             if k.arg is None:
                 raise self.unsupported(node, "'**' unpacking in calls is not supported")
             kw[k.arg] = self.call_arg(k.value)
-        pos: List[Any] = []
+        pos: List[Any] = list(pre or ())
         star = None
         for x in node.args:
             if isinstance(x, gast.Starred):

@@ -1,0 +1,55 @@
+"""Dict arguments as pytrees: ``params["a"]`` in differentiated code, and a gradient that
+is a dict with the same keys (as JAX users expect).
+
+A dict argument is passed to the compiled code as a namedtuple whose fields are its keys
+(one class per tuple of keys, created once); ``d["key"]`` with a constant string key
+is lowered like the field access ``d.key`` (``zyg/ssa/lower.py``).  Gradients of such
+arguments are namedtuples of these classes, turned back into dicts here.  Values may
+be numbers, arrays, tuples and dicts (nested).
+"""
+from __future__ import annotations
+
+import collections
+import keyword
+from typing import Any, Dict, Tuple
+
+from .errors import TypeMismatch
+
+_CLASSES: Dict[Tuple[str, ...], type] = {}
+
+
+def _class_for(keys: Tuple[str, ...]) -> type:
+    cls = _CLASSES.get(keys)
+    if cls is None:
+        for k in keys:
+            if not isinstance(k, str) or not k.isidentifier() or keyword.iskeyword(k):
+                raise TypeMismatch(f"a dict argument has the key {k!r}; zyg differentiates dicts "
+                                   "whose keys are strings that are valid Python names "
+                                   "(params['w1'])")
+        cls = collections.namedtuple("zyg_dict", keys)
+        cls._zyg_dict = True
+        _CLASSES[keys] = cls
+    return cls
+
+
+def has_dict(args) -> bool:
+    return any(isinstance(a, dict) or isinstance(a, tuple) and has_dict(a) for a in args)
+
+
+def to_tuples(v: Any) -> Any:
+    """Dicts (at any depth in tuples and dicts) as namedtuples of their keys."""
+    if isinstance(v, dict):
+        cls = _class_for(tuple(v))
+        return cls(*[to_tuples(x) for x in v.values()])
+    if isinstance(v, tuple) and type(v) is tuple:
+        return tuple(to_tuples(x) for x in v)
+    return v
+
+
+def to_dicts(v: Any) -> Any:
+    """The inverse of :func:`to_tuples` on gradients."""
+    if isinstance(v, tuple) and getattr(type(v), "_zyg_dict", False):
+        return {k: to_dicts(x) for k, x in zip(v._fields, v)}
+    if isinstance(v, tuple) and type(v) is tuple:
+        return tuple(to_dicts(x) for x in v)
+    return v
