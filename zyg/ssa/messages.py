@@ -56,8 +56,7 @@ def string_constant(root: Any, node: Any) -> Tuple[str, str]:
     if isinstance(parent, (gast.Raise, gast.Assert)):
         return (f"the string {text} of a {type(parent).__name__.lower()} statement is not supported",
                 "check the arguments before calling the differentiated function")
-    return (f"the string {text} is not supported in differentiated code",
-            "differentiated code works on numbers and arrays")
+    return f"constant {text} is not supported", "differentiated code works on numbers"
 
 
 def local_call(node: Any) -> Tuple[str, str]:
@@ -81,6 +80,4 @@ def local_call(node: Any) -> Tuple[str, str]:
             return f"the array method {call} is not supported by zyg", hint
         return (f"calling the method {call} of a local value is not supported",
                 "call module-level functions, or compute it outside and pass the result in")
-    name = _dotted(func) or "a value"
-    return (f"calling the local value {name} is not supported",
-            "call module-level functions, closures or functions passed as arguments")
+    return "calling a local value is not supported", "call module-level functions"
