@@ -14,7 +14,7 @@ transformation, compiled to native code with numba.
 __version__ = "0.1.0"
 
 from .errors import (ZygError, UnsupportedSyntax, NoAdjoint, CompileError,  # noqa: F401
-                     TypeMismatch, AliasedArguments, ModifiedAfterPullback)
+                     TypeMismatch, AliasedArguments, ModifiedAfterPullback, ShapeChanged)
 from .rules.registry import adjoint, nondifferentiable  # noqa: F401
 from .rules.higher import checkpoint, checkpointed_range, hook  # noqa: F401
 from . import rules as _rules  # noqa: F401  (registers the built-in rules)
@@ -28,5 +28,5 @@ _rules.registry.end_builtin_phase()
 
 __all__ = ["checkpoint", "checkpointed_range", "hook", "check_grads", "GradCheckError", "grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
-           "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback",
+           "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback", "ShapeChanged",
            "set_boundscheck"]

@@ -90,6 +90,16 @@ def _kinds(args: Sequence[Any], fname: str) -> List[str]:
     return [kind_of_value(a) for a in args]
 
 
+def _check_native(args: Sequence[Any], fname: str) -> None:
+    """numba compiles arrays in the machine's byte order only: say so, not numba's typing error."""
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray) and not a.dtype.isnative:
+            raise TypeMismatch(
+                f"argument {i} of {fname} is a {a.dtype.name} array in non-native (big-endian) "
+                f"byte order, which numba cannot compile; pass a native copy, "
+                f"x.astype(x.dtype.newbyteorder('=')), or use target='python'")
+
+
 def _check_arg(a: Any, what: str) -> None:
     if isinstance(a, tuple):
         # tuples and namedtuples: their elements are checked (the gradient is a tuple)
@@ -173,6 +183,8 @@ class _Specializer:
             raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments "
                             f"but {len(args)} were given")
         kinds = _kinds(args, ir.name)
+        if self.target != "python":
+            _check_native(args, ir.name)
         full = _with_hidden(ir, args)
         kinds += [kind_of_value(a) for a in full[len(args):]]
         wrap = wrapper_for(self.target)

@@ -65,6 +65,11 @@ class TypeMismatch(SourceError):
     """Values of a type zyg cannot differentiate (a string argument, indexing a float)."""
 
 
+class ShapeChanged(TypeMismatch):
+    """An array made at one line of a differentiated loop changed shape between iterations
+    (raised while the gradient runs, at the line that makes the array)."""
+
+
 class AliasedArguments(TypeMismatch):
     """An argument array the function writes shares memory with another argument."""
 

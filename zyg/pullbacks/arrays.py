@@ -717,11 +717,22 @@ class ArrayMixin:
                 args += [f"{k}={v[0]}" for k, v in kw.items()]
                 code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
         if record and st.var is not None and st.var.id in self.shadow_roots:
-            self.alloc_shadow(st.var, ind, code, loop)
+            self.alloc_shadow(st.var, ind, code, loop, st.loc)
 
-    def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool) -> None:
+    def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool, loc=None) -> None:
         n, d = var_name(v), self.dname(v)
         if loop:
+            if loc is not None and loc.filename is not None:
+                # name the user's line where the array is made (numba raises it with constant args)
+                from ..errors import ShapeChanged
+                exc = self.ns.ref(ShapeChanged)
+                msg = ("an array created inside a loop changes shape between iterations; "
+                       "zyg differentiates loops whose arrays keep one shape per line")
+                hint = ("make the array at its largest shape before the loop and use a slice "
+                        "of it, or write the inner operation as a loop over indices")
+                code.add(ind, f"if {d}.size != 0 and {d}.shape != {n}.shape:")
+                code.add(ind + 1, f"raise {exc}({msg!r}, {loc.filename!r}, {int(loc.lineno)}, "
+                                  f"{int(loc.col or 0)}, {hint!r})")
             code.add(ind, f"{d} = _zyg_shadow_like({d}, {n})")
         else:
             code.add(ind, f"{d} = np.zeros({n}.shape, {n}.dtype)")

@@ -23,6 +23,7 @@ once-run blocks need no tape at all; ``emit_split`` gives a primal returning
 """
 from __future__ import annotations
 
+import math
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
@@ -106,6 +107,23 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
     return out
 
 
+def _array_index(e, kinds: Dict[int, str]) -> Optional[str]:
+    """``'an integer array'`` or ``'a boolean array'`` when an integer position of the index
+    ``e`` (a GetItem call) is an array, else None."""
+    k = 0
+    for s in e.fn.spec:
+        if s == "i":
+            a = e.args[1 + k]
+            ka = kinds.get(a.id, "undef") if isinstance(a, Var) else "int"
+            if is_array(ka):
+                from ..ssa.analysis import array_dtype
+                return "a boolean array" if array_dtype(ka) == "bool" else "an integer array"
+            k += 1
+        elif s == "s":
+            k += 3
+    return None
+
+
 def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
     """Report indexing and attributes of values that do not have them, at the user's line."""
     from ..errors import TypeMismatch
@@ -136,10 +154,21 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
                     raise bad(st, f"'.{e.fn.attr}' of a {k} value: only arrays have it")
                 continue
             if is_array(k):
+                if isinstance(e.fn, GetItem) and _array_index(e, kinds) is not None:
+                    # the kind rules count an index array as one integer: the result's
+                    # kind, and with it the gradient, would be silently wrong
+                    raise bad(st, f"indexing an array with {_array_index(e, kinds)} "
+                                  "(fancy or boolean-mask indexing) is not supported here",
+                              "index with integers and slices in a loop")
                 continue
             if is_tuple(k) and isinstance(e.fn, GetItem) and e.fn.spec == ("i",) and \
                     isinstance(e.args[1], Const):
                 continue
+            if k == "object" and isinstance(base, Var):
+                from .origins import explain, origin_of
+                o = origin_of(fn, kinds, base)
+                if o is not None and o is not st:
+                    raise bad(o, *explain(o))
             what = "a tuple with a non-constant index" if is_tuple(k) else f"a {k} value"
             raise bad(st, f"indexing {what} is not supported",
                       "index numpy arrays (a[i], a[i, j], a[lo:hi]) or tuples with constants (t[0])")
@@ -173,6 +202,14 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
     rk = kinds.get(rv.id, "undef") if isinstance(rv, Var) else ("none" if rv.value is None else "float")
     if rk in ("none", "object") or (not differentiable(rk) and rk not in ("int", "bool", "undef")):
         from ..errors import TypeMismatch
+        if rk == "object" and isinstance(rv, Var):
+            from .origins import explain, origin_of
+            o = origin_of(fn, kinds, rv)
+            if o is not None:
+                loc = o.loc
+                msg, hint = explain(o)
+                raise TypeMismatch(msg, loc.filename if loc else None, loc.lineno if loc else None,
+                                   loc.col if loc else None, hint=hint)
         raise TypeMismatch(f"{fn.name} ({fn.filename}:{fn.firstlineno}) must return a number to be "
                            "differentiated, but it may return None (or a non-number): is a 'return' missing on "
                            "some path?")
@@ -312,9 +349,12 @@ class Emitter(ArrayMixin, StructuredMixin):
         conv = r.converted
         if len(conv.params) != len(st.expr.args):
             loc = st.loc
+            hint = None
+            if st.expr.fn is math.log and len(st.expr.args) == 2:
+                hint = "zyg differentiates math.log(x) only; for a base b write math.log(x) / math.log(b)"
             raise NoAdjoint(f"the rule for {callee_name(st.expr.fn)} takes {len(conv.params)} "
                             f"arguments but is called with {len(st.expr.args)}",
-                            loc.filename, loc.lineno, loc.col)
+                            loc.filename, loc.lineno, loc.col, hint=hint)
         return conv
 
     def _find_counted_loops(self) -> None:

@@ -86,11 +86,34 @@ class Loc:
         return f"{self.filename}:{self.lineno}"
 
 
+def _public_name(fn: Any) -> Optional[str]:
+    """The spelling a user writes for a numpy or scipy function: ``np.linalg.solve``, not the
+    module it is defined in (``numpy.linalg``), so that a hint ``@zyg.adjoint(np.linalg.solve)``
+    names something that exists.  None for anything else."""
+    import sys
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        return None
+    spaces = [("np", "numpy"), ("np.linalg", "numpy.linalg"), ("np.fft", "numpy.fft"),
+              ("scipy.special", "scipy.special"), ("scipy.linalg", "scipy.linalg")]
+    for spelled, modname in spaces:
+        mod = sys.modules.get(modname)      # only modules the user's code has imported
+        try:
+            if mod is not None and getattr(mod, name, None) is fn:
+                return f"{spelled}.{name}"
+        except Exception:       # a lazy module that fails to load an attribute
+            continue
+    return None
+
+
 def callee_name(fn: Any) -> str:
     """A readable name for a callee object (``math.sin``, ``operator.mul``)."""
     from .prims import Prim
     if isinstance(fn, Prim):
         return fn.name
+    public = _public_name(fn)
+    if public is not None:
+        return public
     mod = getattr(fn, "__module__", None) or ""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     if mod in ("_operator", "operator"):

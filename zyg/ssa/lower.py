@@ -1035,6 +1035,9 @@ class Lowerer:
         return method(node, hint)
 
     def expr_Constant(self, node, hint) -> Operand:
+        if isinstance(node.value, str):
+            from .messages import string_constant
+            raise self.unsupported(node, *string_constant(self.src.node, node))
         if not isinstance(node.value, (int, float, bool, complex, type(None))):
             raise self.unsupported(node, f"constant {node.value!r} is not supported",
                                    "differentiated code works on numbers")
@@ -1349,8 +1352,8 @@ class Lowerer:
             raise self.unsupported(node, "type(x)(...) casts are not supported in differentiated code",
                                    "write the type: float(...), complex(...) or int(...)")
         if fn is None:
-            raise self.unsupported(node.func, "calling a local value is not supported",
-                                   "call module-level functions")
+            from .messages import local_call
+            raise self.unsupported(node.func, *local_call(node))
         if fn is np.array or fn is np.asarray:
             if len(node.args) != 1 or node.keywords or not isinstance(node.args[0], (gast.List, gast.Tuple)):
                 raise self.unsupported(node, "np.array() is supported on a literal list of numbers",
