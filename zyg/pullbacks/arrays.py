@@ -217,7 +217,8 @@ class ArrayMixin:
             if not self.is_arr(base):
                 raise self.err(st, "item assignment is supported on arrays only", cls=UnsupportedSyntax)
             info["kind"] = "setitem"
-            old_kind = self.getitem_kind(base, fn.spec)
+            self.check_fancy(st, fn.spec, e.args[1:-1])
+            old_kind = self.getitem_kind(base, fn.spec, e.args[1:-1])
             info["old"] = f"_o{self.new_tmp()}"
             info["old_kind"] = old_kind
             if in_loop:
@@ -273,6 +274,7 @@ class ArrayMixin:
             return
         if isinstance(fn, GetItem):
             info["kind"] = "read"
+            self.check_fancy(st, fn.spec, e.args[1:])
             needed += list(e.args[1:])
             self.need_shadow(blk, e.args[0])     # the adjoint adds into the base's shadow
             return self.finish_needed(blk, st, needed)
@@ -309,6 +311,23 @@ class ArrayMixin:
         self.prepare_loop_alloc(blk, st, info)
         self.finish_needed(blk, st, needed)
 
+    def fancy_kinds(self, spec, ops) -> Optional[List[str]]:
+        """The kinds of the index operands when the index has an array part, else None."""
+        from ..ssa.fancy import is_fancy
+        kinds = [self.kind(q) for q in ops]
+        return kinds if is_fancy(spec, kinds) else None
+
+    def check_fancy(self, st: Stmt, spec, ops) -> None:
+        kinds = self.fancy_kinds(spec, ops)
+        if kinds is None:
+            return
+        from .fancy import unsupported_reason
+        why = unsupported_reason(spec, kinds)
+        if why is not None:
+            raise self.err(st, f"differentiating {why} is not supported",
+                           hint="index with one integer or boolean array (x[idx], x[idx, :], "
+                                "x[mask]), or write the loop explicitly", cls=UnsupportedSyntax)
+
     def recursive_arule(self, st: Stmt, active_ops: List[int]) -> "arules.ARule":
         """A recursive call with arrays: its pullback, popped by the first active operand's
         contribution (zyg/pullbacks/recursion.py); the pullback keeps what it needs."""
@@ -334,9 +353,13 @@ class ArrayMixin:
         self._ntmp = getattr(self, "_ntmp", 0) + 1
         return self._ntmp
 
-    def getitem_kind(self, base: Var, spec) -> str:
+    def getitem_kind(self, base: Var, spec, ops=()) -> str:
         from ..ssa.analysis import array_kind
+        from ..ssa.fancy import fancy_ndim
         k = self.kind(base)
+        fnd = fancy_ndim(k, spec, [self.kind(q) for q in ops])
+        if fnd is not None:
+            return array_kind(array_dtype(k), fnd)
         nd = array_ndim(k) - spec.count("i") + spec.count("n")
         return elem_kind(k) if nd == 0 else array_kind(array_dtype(k), nd)
 
@@ -820,6 +843,12 @@ class ArrayMixin:
                 if is_array(info["old_kind"]):
                     code.add(ind, f"{g} = {sh}.copy()", st.loc)
                     code.add(ind, f"{sh} = 0", st.loc)
+                    fk = self.fancy_kinds(fn.spec, e.args[1:-1])
+                    if fk is not None:     # a repeated index: only its last write counts
+                        from .fancy import keep_last
+                        last = keep_last(fn.spec, ops, fk, self.arr_value(base, local), g, self.new_tmp())
+                        if last is not None:
+                            code.add(ind, last, st.loc)
                     self.accumulate(val, g, array_ndim(info["old_kind"]), local, ind, code, st.loc,
                                     self.cplx(st))
                 else:
@@ -879,7 +908,14 @@ class ArrayMixin:
             base = e.args[0]
             idx = self.index_text(fn.spec, base, e.args[1:], [self.value_ref(q, local) for q in e.args[1:]])
             dy = self.cot(st.var, local)
-            if base.id in self.p.active:
+            fk = self.fancy_kinds(fn.spec, e.args[1:])
+            if base.id in self.p.active and fk is not None:
+                # x[idx]: repeated indices accumulate (numpy's dx[idx] += dy would not)
+                from .fancy import scatter_add
+                ops = [self.operand_value(q, local) for q in e.args[1:]]
+                code.add(ind, scatter_add(fn.spec, ops, fk, self.shadow(base, local), dy, self.new_tmp()),
+                         st.loc)
+            elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
             self.consume(st.var, loop, ind, code)
             self.restore_alloc(st, info, local, ind, code)
