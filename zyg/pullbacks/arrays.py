@@ -317,12 +317,32 @@ class ArrayMixin:
         kinds = [self.kind(q) for q in ops]
         return kinds if is_fancy(spec, kinds) else None
 
+    def mask_helper(self, spec, ops) -> bool:
+        """Does ``x[spec]`` need the mask helpers (a 2-D mask on a compiled target)?"""
+        from .fancy import needs_mask_helper
+        kinds = self.fancy_kinds(spec, ops)
+        return kinds is not None and needs_mask_helper(spec, kinds, self.p.target)
+
+    def get_src(self, spec, base, ops, base_txt: str, ops_txt: List[str]) -> str:
+        """Source of the read ``base[index]``."""
+        if self.mask_helper(spec, ops):
+            from .fancy import mask_get_src
+            return mask_get_src(base_txt, ops_txt[0])
+        return f"{base_txt}[{self.index_text(spec, base, ops, ops_txt)}]"
+
+    def set_src(self, spec, base, ops, base_txt: str, ops_txt: List[str], val: str, val_is_array: bool) -> str:
+        """Source of the write ``base[index] = val``."""
+        if self.mask_helper(spec, ops):
+            from .fancy import mask_set_src
+            return mask_set_src(base_txt, ops_txt[0], val, val_is_array)
+        return f"{base_txt}[{self.index_text(spec, base, ops, ops_txt)}] = {val}"
+
     def check_fancy(self, st: Stmt, spec, ops) -> None:
         kinds = self.fancy_kinds(spec, ops)
         if kinds is None:
             return
         from .fancy import unsupported_reason
-        why = unsupported_reason(spec, kinds)
+        why = unsupported_reason(spec, kinds, self.p.target)
         if why is not None:
             raise self.err(st, f"differentiating {why} is not supported",
                            hint="index with one integer or boolean array (x[idx], x[idx, :], "
@@ -676,7 +696,7 @@ class ArrayMixin:
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
         if isinstance(fn, SetItem):
             idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
-            target = f"{args[0]}[{idx}]"
+            target = self.get_src(fn.spec, e.args[0], e.args[1:-1], args[0], args[1:-1])
             if record and not info.get("skip_old"):
                 if is_array(info["old_kind"]):
                     if loop:
@@ -687,7 +707,8 @@ class ArrayMixin:
                     code.add(ind, f"{info['old']} = {target}", st.loc)
                     if loop:
                         self.push_now(info["old"], info["old"], info["old_kind"], ind, code)
-            code.add(ind, f"{target} = {args[-1]}", st.loc)
+            code.add(ind, self.set_src(fn.spec, e.args[0], e.args[1:-1], args[0], args[1:-1], args[-1],
+                                       self.is_arr(e.args[-1])), st.loc)
             return
         if isinstance(fn, InPlace) and info["kind"] == "inplace":
             if record and not info.get("skip_old"):
@@ -701,7 +722,7 @@ class ArrayMixin:
         if isinstance(fn, InPlace):
             fn = fn.op
         if isinstance(fn, GetItem):
-            code.add(ind, f"{lhs}{args[0]}[{self.index_text(fn.spec, e.args[0], e.args[1:], args[1:])}]", st.loc)
+            code.add(ind, f"{lhs}{self.get_src(fn.spec, e.args[0], e.args[1:], args[0], args[1:])}", st.loc)
         elif isinstance(fn, Attr):
             code.add(ind, f"{lhs}{args[0]}.{fn.attr}", st.loc)
         elif isinstance(fn, MakeTuple):
@@ -841,8 +862,9 @@ class ArrayMixin:
                 sh = f"{self.shadow(base, local)}[{idx}]"
                 g = f"_g{self.new_tmp()}"
                 if is_array(info["old_kind"]):
-                    code.add(ind, f"{g} = {sh}.copy()", st.loc)
-                    code.add(ind, f"{sh} = 0", st.loc)
+                    shb = self.shadow(base, local)
+                    code.add(ind, f"{g} = {self.get_src(fn.spec, base, e.args[1:-1], shb, ops)}.copy()", st.loc)
+                    code.add(ind, self.set_src(fn.spec, base, e.args[1:-1], shb, ops, "0.0", False), st.loc)
                     fk = self.fancy_kinds(fn.spec, e.args[1:-1])
                     if fk is not None:     # a repeated index: only its last write counts
                         from .fancy import keep_last
@@ -860,7 +882,8 @@ class ArrayMixin:
                 old = local.get(info["old"], info["old"])
                 if old == info["old"] and not loop:
                     self.adj_uses.add(old)
-                code.add(ind, f"{self.arr_value(base, local)}[{idx}] = {old}", st.loc)
+                code.add(ind, self.set_src(fn.spec, base, e.args[1:-1], self.arr_value(base, local), ops, old,
+                                           is_array(info["old_kind"])), st.loc)
             return
         if kind == "inplace":
             a, b = e.args

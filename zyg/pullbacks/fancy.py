@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+import numpy as np
+
 from ..ssa.analysis import array_ndim
 from ..ssa.fancy import array_parts
 from ..ssa.prims import index_src
 
 
-def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str]) -> Optional[str]:
+def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str], target: str = "python"
+                       ) -> Optional[str]:
     """Why zyg cannot differentiate this advanced index (None when it can)."""
     parts = array_parts(spec, op_kinds)
     if len(parts) > 1:
@@ -27,6 +30,8 @@ def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str]) -> Optional
         return f"an index array of kind {kd} (indices must be integer or boolean arrays)"
     if kd[0] != "b" and array_ndim(kd) != 1:
         return "an integer index array with more than one dimension"
+    if kd[0] == "b" and array_ndim(kd) > 1 and target != "python" and spec != ("i",):
+        return "a boolean mask of more than one dimension combined with other index parts"
     # numpy moves the selected axis first when integers and the array are separated
     # by a slice; zyg supports the layouts where it stays in place
     adv = [p for p, s in enumerate(spec) if s == "i"]
@@ -110,3 +115,70 @@ def keep_last(spec, ops: List[str], op_kinds, base: str, g: str, tmp: int) -> Op
         f"        {g}[{gi}] = 0",
         f"    {s}[{j}] = True",
     ])
+
+
+# --- boolean masks of more than one dimension on compiled targets --------------------------
+# numba indexes with 1-D boolean arrays only (a 2-D mask fails an assertion inside numba):
+# on the cpu target ``x[m]`` and ``x[m] = v`` with a mask of the array's shape call these.
+def mask_gather(x, m):
+    """``x[m]`` for a boolean ``m`` of ``x``'s shape: the selected elements in C order."""
+    if m.shape != x.shape:      # (inline: the helpers are compiled one by one)
+        raise IndexError("boolean index did not match the indexed array's shape")
+    n = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            n += 1
+    out = np.empty(n, x.dtype)
+    k = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            out[k] = x[idx]
+            k += 1
+    return out
+
+
+def mask_fill(x, m, v):
+    """``x[m] = v`` for a scalar ``v``."""
+    if m.shape != x.shape:      # (inline: the helpers are compiled one by one)
+        raise IndexError("boolean index did not match the indexed array's shape")
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            x[idx] = v
+
+
+def mask_put(x, m, v):
+    """``x[m] = v`` for a 1-D ``v`` with one value per selected element (or one value)."""
+    if m.shape != x.shape:      # (inline: the helpers are compiled one by one)
+        raise IndexError("boolean index did not match the indexed array's shape")
+    n = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            n += 1
+    if v.size != n and v.size != 1:
+        raise ValueError("boolean index assignment: the number of values does not match "
+                         "the number of selected elements")
+    k = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            x[idx] = v[k if v.size != 1 else 0]
+            k += 1
+
+
+def helpers_py():
+    return {"_zyg_mask_gather": mask_gather, "_zyg_mask_fill": mask_fill, "_zyg_mask_put": mask_put}
+
+
+def needs_mask_helper(spec, op_kinds, target: str) -> bool:
+    """Is this a mask of more than one dimension that numba cannot index with?"""
+    if target == "python":
+        return False
+    parts = array_parts(spec, op_kinds)
+    return bool(parts) and parts[0][2][0] == "b" and array_ndim(parts[0][2]) > 1
+
+
+def mask_get_src(x: str, m: str) -> str:
+    return f"_zyg_mask_gather({x}, {m})"
+
+
+def mask_set_src(x: str, m: str, v: str, v_is_array: bool) -> str:
+    return f"_zyg_mask_put({x}, {m}, {v})" if v_is_array else f"_zyg_mask_fill({x}, {m}, {v})"

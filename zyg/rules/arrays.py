@@ -599,6 +599,8 @@ def helpers(target: str) -> Dict[str, Any]:
             out[f"_zyg_acc_{nt}_{ne}"] = acc
     from ..pullbacks import arraytape
     out.update(arraytape.helpers_py())
+    from ..pullbacks import fancy
+    out.update(fancy.helpers_py())
     if target != "python":
         jit = {}
         pg = njit(prod_grad)
