@@ -111,7 +111,8 @@ def make_probe(expr: str, nargs: int, scalar_out: bool, cplx_out: bool = False) 
     # a stable pseudo-file name: zyg reads the probe's source through linecache
     name = f"<zyg-arraycheck-{zlib.crc32(src.encode()):08x}>"
     linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-    ns: Dict[str, Any] = {"np": np}
+    import scipy.special
+    ns: Dict[str, Any] = {"np": np, "sc": scipy.special}     # sc.expit(a0): scipy.special rules
     exec(compile(src, name, "exec"), ns)
     return ns["probe"]
 
