@@ -95,10 +95,10 @@ def ndtr(x):
 
 
 def log_ndtr(x):
-    """log Phi(x): log1p(-Phi(-x)) for large x, the asymptotic series far in the lower
+    """log Phi(x): log1p(-Phi(-x)) for positive x, the asymptotic series far in the lower
     tail (where erfc underflows), log(erfc) between."""
-    if x > 6.0:
-        return -0.5 * math.erfc(x * _SQRT1_2)       # log1p(-q) = -q to rounding here
+    if x > 0.0:
+        return math.log1p(-0.5 * math.erfc(x * _SQRT1_2))     # log(1 - Phi(-x))
     if x > -20.0:
         return math.log(0.5 * math.erfc(-x * _SQRT1_2))
     # Phi(x) = phi(x) / (-x) * (1 - 1/x^2 + 3/x^4 - 15/x^6 + ...)
@@ -277,7 +277,7 @@ def _array_rules() -> Dict[Any, Any]:
         if c.cplx:
             raise arules._no_complex("scipy.special.logsumexp")
         ax = arules._axis(c)
-        if ax is None:
+        if ax is None or c.nd(0) == 1:       # a scalar result
             return f"{c.dy} * np.exp({c.x[0]} - {c.y})"
         return f"np.expand_dims({c.dy}, {ax}) * np.exp({c.x[0]} - np.expand_dims({c.y}, {ax}))"
     out[sc.logsumexp] = arules.ARule(lse, kw_ok=("axis",))
