@@ -288,6 +288,9 @@ class ArrayMixin:
         else:
             rule = (self.recursive_arule(st, active_ops) if isinstance(fn, (Recursive, Checkpointed))
                     else arules.rule_for(fn))
+        if rule is None and not isinstance(fn, Prim):
+            from .array_adjoint import user_array_rule      # @zyg.adjoint on arrays
+            rule = user_array_rule(self, st, fn)
         if rule is None:
             raise self.err(st, f"no array rule for {callee_name(fn)}, which this differentiated function "
                                "calls with array arguments",
