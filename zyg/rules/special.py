@@ -237,6 +237,18 @@ def _np_mod_rule(a, b):
     return y, back
 
 
+def _real_only() -> None:
+    # these rules are written for real numbers: zyg reports a complex operand instead
+    # of applying them (docs/complex.md)
+    from .registry import lookup
+    for fn in (sc.expit, sc.logit, sc.gammaln, sc.digamma, sc.erf, sc.erfc, sc.ndtr, sc.log_ndtr,
+               sc.xlogy, np.add, np.subtract, np.multiply, np.divide, np.mod):
+        lookup(fn).real_only = True
+
+
+_real_only()
+
+
 # --- array rules ----------------------------------------------------------------------------
 # fn -> (helper name, scalar implementation, scipy's vectorised function on target "python")
 ELEMENTWISE: Dict[Any, tuple] = {
