@@ -44,6 +44,8 @@ def wrapper_for(target: str):
     import numpy as np
     # math functions numba's nopython mode lacks, and their numpy equivalents
     subst = {id(math.cbrt): np.cbrt, id(math.fmod): np.fmod}
+    from .rules import special        # scipy.special: numba-compilable implementations
+    subst.update({id(fn): impl for fn, impl in special.numba_substitutes().items()})
 
     def wrap(obj):
         if id(obj) in subst:

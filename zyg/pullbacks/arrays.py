@@ -217,7 +217,8 @@ class ArrayMixin:
             if not self.is_arr(base):
                 raise self.err(st, "item assignment is supported on arrays only", cls=UnsupportedSyntax)
             info["kind"] = "setitem"
-            old_kind = self.getitem_kind(base, fn.spec)
+            self.check_fancy(st, fn.spec, e.args[1:-1])
+            old_kind = self.getitem_kind(base, fn.spec, e.args[1:-1])
             info["old"] = f"_o{self.new_tmp()}"
             info["old_kind"] = old_kind
             if in_loop:
@@ -273,6 +274,7 @@ class ArrayMixin:
             return
         if isinstance(fn, GetItem):
             info["kind"] = "read"
+            self.check_fancy(st, fn.spec, e.args[1:])
             needed += list(e.args[1:])
             self.need_shadow(blk, e.args[0])     # the adjoint adds into the base's shadow
             return self.finish_needed(blk, st, needed)
@@ -286,6 +288,9 @@ class ArrayMixin:
         else:
             rule = (self.recursive_arule(st, active_ops) if isinstance(fn, (Recursive, Checkpointed))
                     else arules.rule_for(fn))
+        if rule is None and not isinstance(fn, Prim):
+            from .array_adjoint import user_array_rule      # @zyg.adjoint on arrays
+            rule = user_array_rule(self, st, fn)
         if rule is None:
             raise self.err(st, f"no array rule for {callee_name(fn)}, which this differentiated function "
                                "calls with array arguments",
@@ -308,6 +313,43 @@ class ArrayMixin:
             self.need_shadow(blk, e.args[i])      # the adjoint accumulates into their shadows
         self.prepare_loop_alloc(blk, st, info)
         self.finish_needed(blk, st, needed)
+
+    def fancy_kinds(self, spec, ops) -> Optional[List[str]]:
+        """The kinds of the index operands when the index has an array part, else None."""
+        from ..ssa.fancy import is_fancy
+        kinds = [self.kind(q) for q in ops]
+        return kinds if is_fancy(spec, kinds) else None
+
+    def mask_helper(self, spec, ops) -> bool:
+        """Does ``x[spec]`` need the mask helpers (a 2-D mask on a compiled target)?"""
+        from .fancy import needs_mask_helper
+        kinds = self.fancy_kinds(spec, ops)
+        return kinds is not None and needs_mask_helper(spec, kinds, self.p.target)
+
+    def get_src(self, spec, base, ops, base_txt: str, ops_txt: List[str]) -> str:
+        """Source of the read ``base[index]``."""
+        if self.mask_helper(spec, ops):
+            from .fancy import mask_get_src
+            return mask_get_src(base_txt, ops_txt[0])
+        return f"{base_txt}[{self.index_text(spec, base, ops, ops_txt)}]"
+
+    def set_src(self, spec, base, ops, base_txt: str, ops_txt: List[str], val: str, val_is_array: bool) -> str:
+        """Source of the write ``base[index] = val``."""
+        if self.mask_helper(spec, ops):
+            from .fancy import mask_set_src
+            return mask_set_src(base_txt, ops_txt[0], val, val_is_array)
+        return f"{base_txt}[{self.index_text(spec, base, ops, ops_txt)}] = {val}"
+
+    def check_fancy(self, st: Stmt, spec, ops) -> None:
+        kinds = self.fancy_kinds(spec, ops)
+        if kinds is None:
+            return
+        from .fancy import unsupported_reason
+        why = unsupported_reason(spec, kinds, self.p.target)
+        if why is not None:
+            raise self.err(st, f"differentiating {why} is not supported",
+                           hint="index with one integer or boolean array (x[idx], x[idx, :], "
+                                "x[mask]), or write the loop explicitly", cls=UnsupportedSyntax)
 
     def recursive_arule(self, st: Stmt, active_ops: List[int]) -> "arules.ARule":
         """A recursive call with arrays: its pullback, popped by the first active operand's
@@ -334,9 +376,13 @@ class ArrayMixin:
         self._ntmp = getattr(self, "_ntmp", 0) + 1
         return self._ntmp
 
-    def getitem_kind(self, base: Var, spec) -> str:
+    def getitem_kind(self, base: Var, spec, ops=()) -> str:
         from ..ssa.analysis import array_kind
+        from ..ssa.fancy import fancy_ndim
         k = self.kind(base)
+        fnd = fancy_ndim(k, spec, [self.kind(q) for q in ops])
+        if fnd is not None:
+            return array_kind(array_dtype(k), fnd)
         nd = array_ndim(k) - spec.count("i") + spec.count("n")
         return elem_kind(k) if nd == 0 else array_kind(array_dtype(k), nd)
 
@@ -653,7 +699,7 @@ class ArrayMixin:
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
         if isinstance(fn, SetItem):
             idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
-            target = f"{args[0]}[{idx}]"
+            target = self.get_src(fn.spec, e.args[0], e.args[1:-1], args[0], args[1:-1])
             if record and not info.get("skip_old"):
                 if is_array(info["old_kind"]):
                     if loop:
@@ -664,7 +710,8 @@ class ArrayMixin:
                     code.add(ind, f"{info['old']} = {target}", st.loc)
                     if loop:
                         self.push_now(info["old"], info["old"], info["old_kind"], ind, code)
-            code.add(ind, f"{target} = {args[-1]}", st.loc)
+            code.add(ind, self.set_src(fn.spec, e.args[0], e.args[1:-1], args[0], args[1:-1], args[-1],
+                                       self.is_arr(e.args[-1])), st.loc)
             return
         if isinstance(fn, InPlace) and info["kind"] == "inplace":
             if record and not info.get("skip_old"):
@@ -678,7 +725,7 @@ class ArrayMixin:
         if isinstance(fn, InPlace):
             fn = fn.op
         if isinstance(fn, GetItem):
-            code.add(ind, f"{lhs}{args[0]}[{self.index_text(fn.spec, e.args[0], e.args[1:], args[1:])}]", st.loc)
+            code.add(ind, f"{lhs}{self.get_src(fn.spec, e.args[0], e.args[1:], args[0], args[1:])}", st.loc)
         elif isinstance(fn, Attr):
             code.add(ind, f"{lhs}{args[0]}.{fn.attr}", st.loc)
         elif isinstance(fn, MakeTuple):
@@ -829,8 +876,15 @@ class ArrayMixin:
                 sh = f"{self.shadow(base, local)}[{idx}]"
                 g = f"_g{self.new_tmp()}"
                 if is_array(info["old_kind"]):
-                    code.add(ind, f"{g} = {sh}.copy()", st.loc)
-                    code.add(ind, f"{sh} = 0", st.loc)
+                    shb = self.shadow(base, local)
+                    code.add(ind, f"{g} = {self.get_src(fn.spec, base, e.args[1:-1], shb, ops)}.copy()", st.loc)
+                    code.add(ind, self.set_src(fn.spec, base, e.args[1:-1], shb, ops, "0.0", False), st.loc)
+                    fk = self.fancy_kinds(fn.spec, e.args[1:-1])
+                    if fk is not None:     # a repeated index: only its last write counts
+                        from .fancy import keep_last
+                        last = keep_last(fn.spec, ops, fk, self.arr_value(base, local), g, self.new_tmp())
+                        if last is not None:
+                            code.add(ind, last, st.loc)
                     self.accumulate(val, g, array_ndim(info["old_kind"]), local, ind, code, st.loc,
                                     self.cplx(st))
                 else:
@@ -842,7 +896,8 @@ class ArrayMixin:
                 old = local.get(info["old"], info["old"])
                 if old == info["old"] and not loop:
                     self.adj_uses.add(old)
-                code.add(ind, f"{self.arr_value(base, local)}[{idx}] = {old}", st.loc)
+                code.add(ind, self.set_src(fn.spec, base, e.args[1:-1], self.arr_value(base, local), ops, old,
+                                           is_array(info["old_kind"])), st.loc)
             return
         if kind == "inplace":
             a, b = e.args
@@ -890,7 +945,14 @@ class ArrayMixin:
             base = e.args[0]
             idx = self.index_text(fn.spec, base, e.args[1:], [self.value_ref(q, local) for q in e.args[1:]])
             dy = self.cot(st.var, local)
-            if base.id in self.p.active:
+            fk = self.fancy_kinds(fn.spec, e.args[1:])
+            if base.id in self.p.active and fk is not None:
+                # x[idx]: repeated indices accumulate (numpy's dx[idx] += dy would not)
+                from .fancy import scatter_add
+                ops = [self.operand_value(q, local) for q in e.args[1:]]
+                code.add(ind, scatter_add(fn.spec, ops, fk, self.shadow(base, local), dy, self.new_tmp()),
+                         st.loc)
+            elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
             self.consume(st.var, loop, ind, code)
             self.restore_alloc(st, info, local, ind, code)

@@ -406,9 +406,13 @@ def rule_for(fn: Any) -> Optional[ARule]:
             return None
         return _stacked(fn.fn)
     try:
-        return ARRAY_RULES.get(fn)
+        got = ARRAY_RULES.get(fn)
     except TypeError:
         return None
+    if got is None:
+        from . import special       # scipy.special on arrays
+        got = special.array_rule(fn)
+    return got
 
 
 NONDIFF_ARRAY = [np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like,
@@ -521,6 +525,10 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
                 result_kind: Optional[str] = None) -> Optional[str]:
     """Source of ``fn(*args, **kwargs)`` where numba needs another spelling; else None.
     ``kwargs`` maps names to (rendered, constant value or _NOCONST)."""
+    from . import special
+    sp = special.primal_call(fn, args, kinds, kwargs)
+    if sp is not None:
+        return sp
     ax = None
     if "axis" in kwargs:
         ax = kwargs["axis"][1]
@@ -599,6 +607,8 @@ def helpers(target: str) -> Dict[str, Any]:
             out[f"_zyg_acc_{nt}_{ne}"] = acc
     from ..pullbacks import arraytape
     out.update(arraytape.helpers_py())
+    from ..pullbacks import fancy
+    out.update(fancy.helpers_py())
     if target != "python":
         jit = {}
         pg = njit(prod_grad)
@@ -610,6 +620,8 @@ def helpers(target: str) -> Dict[str, Any]:
             if k not in jit:
                 jit[k] = njit(v)
         out = jit
+    from . import special
+    out.update(special.helpers(target, njit))
     _HELPERS[key] = out
     return out
 

@@ -177,6 +177,10 @@ def _structural_kind(fn: Any, kinds, consts) -> Any:
         return fn.result_kind_of(kinds)          # zyg.grad inside (rules/gradcall.py)
     if isinstance(fn, GetItem) and kinds:
         base = kinds[0]
+        from .fancy import fancy_ndim, is_fancy
+        if is_array(base) and is_fancy(fn.spec, kinds[1:]):
+            nd = fancy_ndim(base, fn.spec, kinds[1:])
+            return None if nd is None or nd < 1 else array_kind(array_dtype(base), nd)
         if is_array(base):
             nd = array_ndim(base) - fn.spec.count("i") + fn.spec.count("n")
             if "e" not in fn.spec and nd >= 0:
@@ -292,6 +296,9 @@ def is_view_op(fn: Any, args, kinds) -> bool:
         return False
     if isinstance(fn, GetItem):
         # fewer integer indices than dimensions (a row e[1] of a matrix) is a view too
+        from .fancy import is_fancy
+        if is_fancy(fn.spec, [kinds.get(a.id, "") if isinstance(a, Var) else "" for a in args[1:]]):
+            return False      # x[idx], x[mask]: a new array
         return fn.is_view() or array_ndim(kinds[args[0].id]) > len(fn.spec)
     if isinstance(fn, Attr):
         return fn.attr in ("T", "real", "imag")

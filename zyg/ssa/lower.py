@@ -552,6 +552,9 @@ class Lowerer:
         return tuple(spec), ops
 
     def store_subscript(self, target, value: Operand, node) -> None:
+        if isinstance(target.value, gast.Attribute) and target.value.attr == "flat":
+            raise self.unsupported(node, "writing through a.flat is not supported",
+                                   "index the array itself: a[i, j] = v (np.ndindex gives i, j)")
         base = self.expr(target.value)
         spec, ops = self.index(target.slice)
         self.blocks[self.cur].stmts.append(
@@ -599,6 +602,10 @@ class Lowerer:
         op = _BINOPS.get(type(st.op))
         if op is None:
             raise self.unsupported(st, f"operator {type(st.op).__name__} is not supported")
+        if isinstance(st.target, gast.Subscript) and isinstance(st.target.value, gast.Attribute) \
+                and st.target.value.attr == "flat":
+            raise self.unsupported(st, "writing through a.flat is not supported",
+                                   "index the array itself: a[i, j] += v (np.ndindex gives i, j)")
         if isinstance(st.target, gast.Subscript):
             # a[i] += v  ->  a[i] = a[i] + v (the old element is what the write records)
             base = self.expr(st.target.value)
@@ -792,8 +799,11 @@ class Lowerer:
             if targets is None or len(targets) != len(seqs):
                 raise self.unsupported(st.target, f"unpack zip() into {len(seqs)} names")
             idx_name = None
+        elif fn is np.ndindex:
+            from .iterators import lower_ndindex
+            return lower_ndindex(self, st, it)
         elif isinstance(it, gast.Call) and fn is not None:
-            raise self.unsupported(it, "only 'for' over range(), an array, enumerate() or zip() is supported",
+            raise self.unsupported(it, "only 'for' over range(), np.ndindex(), an array, enumerate() or zip() is supported",
                                    "iterate over an index: for i in range(n)")
         else:
             seqs = [self.expr(it)]
@@ -1194,6 +1204,9 @@ class Lowerer:
         if obj is not None:
             return attribute_value(self, obj, node, hint)     # self.w: read at call time
         value = self.static_value(node)
+        if value is None and node.attr == "flat":
+            # reading a.flat (a[k] of it, or iterating) reads the elements in C order
+            return self.emit(np.ravel, [self.expr(node.value)], node, hint)
         if value is None:
             # array attributes and namedtuple fields (checked once kinds are known)
             return self.emit(Attr(node.attr), [self.expr(node.value)], node, hint)

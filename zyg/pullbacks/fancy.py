@@ -1,0 +1,184 @@
+"""Adjoint code of advanced indexing: ``y = x[idx]``, ``x[mask]`` and writes through them.
+
+numpy's ``dx[idx] += dy`` is buffered: with a repeated index only one contribution
+lands, so the adjoint of a gather loops over the index instead (repeats accumulate).
+A write ``a[idx] = v`` with a repeated index keeps the last value written (numpy and
+numba agree), so only the last occurrence of each index receives the cotangent.
+The loops are emitted inline, so they compile on both targets without helpers.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from ..ssa.analysis import array_ndim
+from ..ssa.fancy import array_parts
+from ..ssa.prims import index_src
+
+
+def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str], target: str = "python"
+                       ) -> Optional[str]:
+    """Why zyg cannot differentiate this advanced index (None when it can)."""
+    parts = array_parts(spec, op_kinds)
+    if len(parts) > 1:
+        return "an index with more than one array part (x[rows, cols])"
+    if "n" in spec or "e" in spec:
+        return "an array index combined with None or ..."
+    pos, _, kd = parts[0]
+    if kd[0] not in "biu":
+        return f"an index array of kind {kd} (indices must be integer or boolean arrays)"
+    if kd[0] != "b" and array_ndim(kd) != 1:
+        return "an integer index array with more than one dimension"
+    if kd[0] == "b" and array_ndim(kd) > 1 and target != "python" and spec != ("i",):
+        return "a boolean mask of more than one dimension combined with other index parts"
+    # numpy moves the selected axis first when integers and the array are separated
+    # by a slice; zyg supports the layouts where it stays in place
+    adv = [p for p, s in enumerate(spec) if s == "i"]
+    if adv != list(range(adv[0], adv[-1] + 1)):
+        return "integer and array index parts separated by a slice"
+    return None
+
+
+def _parts(spec, ops, op_kinds):
+    parts = array_parts(spec, op_kinds)
+    pos, k, kd = parts[0]
+    return pos, k, kd
+
+
+def _result_index(spec, op_kinds, counter: str) -> str:
+    """The subscript of the gathered array for the element ``counter`` of the selection."""
+    pos, _, _ = _parts(spec, None, op_kinds)
+    out: List[str] = []
+    for p, s in enumerate(spec):
+        if p == pos:
+            out.append(counter)
+        elif s == "s":
+            out.append(":")
+    return ", ".join(out)
+
+
+def selection_loop(spec, ops: List[str], op_kinds, tmp: int, body) -> str:
+    """Source of a loop over the selected elements in order. ``body(base_index,
+    result_index)`` gives the loop body (one or more lines) for the subscript of the
+    indexed array and of the gathered array."""
+    pos, k, kd = _parts(spec, ops, op_kinds)
+    sel = ops[k]
+    if kd[0] == "b":
+        km = array_ndim(kd)
+        ivars = [f"_m{tmp}_{d}" for d in range(km)]
+        new_ops = list(ops)
+        new_ops[k] = ", ".join(ivars)
+        c = f"_c{tmp}"
+        lines = [f"{c} = 0"]
+        ind = ""
+        for d, v in enumerate(ivars):
+            lines.append(f"{ind}for {v} in range({sel}.shape[{d}]):")
+            ind += "    "
+        lines.append(f"{ind}if {sel}[{', '.join(ivars)}]:")
+        ind += "    "
+        for line in body(index_src(spec, new_ops), _result_index(spec, op_kinds, c)).split("\n"):
+            lines.append(ind + line)
+        lines.append(f"{ind}{c} += 1")
+        return "\n".join(lines)
+    kv = f"_k{tmp}"
+    new_ops = list(ops)
+    new_ops[k] = f"{sel}[{kv}]"
+    lines = [f"for {kv} in range({sel}.shape[0]):"]
+    for line in body(index_src(spec, new_ops), _result_index(spec, op_kinds, kv)).split("\n"):
+        lines.append("    " + line)
+    return "\n".join(lines)
+
+
+def scatter_add(spec, ops: List[str], op_kinds, target: str, dy: str, tmp: int) -> str:
+    """``target[index] += dy`` with repeated indices accumulating."""
+    return selection_loop(spec, ops, op_kinds, tmp,
+                          lambda bi, ri: f"{target}[{bi}] += {dy}[{ri}]")
+
+
+def keep_last(spec, ops: List[str], op_kinds, base: str, g: str, tmp: int) -> Optional[str]:
+    """Zero the entries of ``g`` (the gathered cotangent of a write ``base[index] = v``)
+    whose index occurs again later: only the last write of an element survives.
+    None when the index cannot repeat (a mask)."""
+    pos, k, kd = _parts(spec, ops, op_kinds)
+    if kd[0] == "b":
+        return None
+    sel = ops[k]
+    s, kv, j = f"_s{tmp}", f"_k{tmp}", f"_j{tmp}"
+    n = f"{base}.shape[{pos}]"
+    gi = _result_index(spec, op_kinds, kv)
+    return "\n".join([
+        f"{s} = np.zeros({n}, np.bool_)",
+        f"for {kv} in range({sel}.shape[0] - 1, -1, -1):",
+        f"    {j} = {sel}[{kv}] % {n}",
+        f"    if {s}[{j}]:",
+        f"        {g}[{gi}] = 0",
+        f"    {s}[{j}] = True",
+    ])
+
+
+# --- boolean masks of more than one dimension on compiled targets --------------------------
+# numba indexes with 1-D boolean arrays only (a 2-D mask fails an assertion inside numba):
+# on the cpu target ``x[m]`` and ``x[m] = v`` with a mask of the array's shape call these.
+def mask_gather(x, m):
+    """``x[m]`` for a boolean ``m`` of ``x``'s shape: the selected elements in C order."""
+    if m.shape != x.shape:      # (inline: the helpers are compiled one by one)
+        raise IndexError("boolean index did not match the indexed array's shape")
+    n = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            n += 1
+    out = np.empty(n, x.dtype)
+    k = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            out[k] = x[idx]
+            k += 1
+    return out
+
+
+def mask_fill(x, m, v):
+    """``x[m] = v`` for a scalar ``v``."""
+    if m.shape != x.shape:      # (inline: the helpers are compiled one by one)
+        raise IndexError("boolean index did not match the indexed array's shape")
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            x[idx] = v
+
+
+def mask_put(x, m, v):
+    """``x[m] = v`` for a 1-D ``v`` with one value per selected element (or one value)."""
+    if m.shape != x.shape:      # (inline: the helpers are compiled one by one)
+        raise IndexError("boolean index did not match the indexed array's shape")
+    n = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            n += 1
+    if v.size != n and v.size != 1:
+        raise ValueError("boolean index assignment: the number of values does not match "
+                         "the number of selected elements")
+    k = 0
+    for idx in np.ndindex(m.shape):
+        if m[idx]:
+            x[idx] = v[k if v.size != 1 else 0]
+            k += 1
+
+
+def helpers_py():
+    return {"_zyg_mask_gather": mask_gather, "_zyg_mask_fill": mask_fill, "_zyg_mask_put": mask_put}
+
+
+def needs_mask_helper(spec, op_kinds, target: str) -> bool:
+    """Is this a mask of more than one dimension that numba cannot index with?"""
+    if target == "python":
+        return False
+    parts = array_parts(spec, op_kinds)
+    return bool(parts) and parts[0][2][0] == "b" and array_ndim(parts[0][2]) > 1
+
+
+def mask_get_src(x: str, m: str) -> str:
+    return f"_zyg_mask_gather({x}, {m})"
+
+
+def mask_set_src(x: str, m: str, v: str, v_is_array: bool) -> str:
+    return f"_zyg_mask_put({x}, {m}, {v})" if v_is_array else f"_zyg_mask_fill({x}, {m}, {v})"
