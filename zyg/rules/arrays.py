@@ -401,10 +401,14 @@ def _stacked(fn) -> ARule:
 def rule_for(fn: Any) -> Optional[ARule]:
     if isinstance(fn, ArrayOf):
         return ARule(_array_of)
+    from . import numpy_extra
     if isinstance(fn, Stacked):
-        if fn.fn in (np.vstack, np.hstack):
-            return None
+        if fn.fn in (np.vstack, np.hstack, np.column_stack):
+            return numpy_extra.stacked_rule(fn.fn)
         return _stacked(fn.fn)
+    extra = numpy_extra.rule_for(fn)      # statistics, sorting, shapes; keepdims=
+    if extra is not None:
+        return extra
     try:
         return ARRAY_RULES.get(fn)
     except TypeError:
@@ -412,7 +416,8 @@ def rule_for(fn: Any) -> Optional[ARule]:
 
 
 NONDIFF_ARRAY = [np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like,
-                 np.arange, np.shape, np.size, np.ndim, np.argsort, np.sign, np.isclose]
+                 np.arange, np.shape, np.size, np.ndim, np.argsort, np.sign, np.isclose,
+                 np.searchsorted]
 for _f in NONDIFF_ARRAY:
     nondifferentiable(_f)
 
@@ -514,13 +519,18 @@ def call_parts(fn: Any, operands: list, args: List[str], kwargs: Dict[str, Any],
     if len(operands) == 2 and fn in _AXIS_FNS and "axis" not in kw:
         kw["axis"] = (args[1], const(operands[1]))
         args = args[:1]
-    return list(args), kw
+    from .numpy_extra import call_parts as extra_parts
+    return extra_parts(fn, operands, list(args), kw, const)
 
 
 def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, Any],
                 result_kind: Optional[str] = None) -> Optional[str]:
     """Source of ``fn(*args, **kwargs)`` where numba needs another spelling; else None.
     ``kwargs`` maps names to (rendered, constant value or _NOCONST)."""
+    from .numpy_extra import primal_call as extra_call
+    special = extra_call(fn, args, kinds, kwargs, result_kind, primal_call)
+    if special is not None:
+        return special
     ax = None
     if "axis" in kwargs:
         ax = kwargs["axis"][1]
@@ -599,6 +609,8 @@ def helpers(target: str) -> Dict[str, Any]:
             out[f"_zyg_acc_{nt}_{ne}"] = acc
     from ..pullbacks import arraytape
     out.update(arraytape.helpers_py())
+    from . import numpy_extra
+    extra = numpy_extra.helpers(target)         # numba-compiled already for "cpu"
     if target != "python":
         jit = {}
         pg = njit(prod_grad)
@@ -610,6 +622,7 @@ def helpers(target: str) -> Dict[str, Any]:
             if k not in jit:
                 jit[k] = njit(v)
         out = jit
+    out.update(extra)
     _HELPERS[key] = out
     return out
 
