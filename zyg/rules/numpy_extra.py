@@ -40,7 +40,7 @@ SIGS: Dict[Any, Tuple[int, Tuple[str, ...]]] = {
     np.nanmin: (1, ("axis",)), np.cumprod: (1, ("axis",)), np.diff: (1, ("n", "axis")),
     np.median: (1, ("axis",)), np.percentile: (2, ("axis",)), np.quantile: (2, ("axis",)),
     np.average: (1, ("axis", "weights")), np.sort: (1, ("axis",)), np.roll: (2, ("axis",)),
-    np.flip: (1, ("axis",)), np.tile: (1, ("reps",)), np.repeat: (1, ("repeats", "axis")),
+    np.flip: (1, ("axis",)), np.repeat: (2, ("axis",)),
 }
 
 # reductions that take keepdims= (those of arrays.py too)
@@ -443,25 +443,25 @@ EXTRA_RULES[np.minimum.accumulate] = _accumulate("minimum")
 
 
 def _clip(c: Ctx, i: int) -> Optional[str]:
-    """np.clip with scalar or array bounds, either of them None (no bound)."""
+    """np.clip with scalar or array bounds, either of them None (no bound); exactly the
+    derivative of numpy's definition minimum(maximum(x, lo), hi), also where lo > hi.
+    On a bound (x == lo or x == hi) the cotangent goes to x."""
     _real_only(c, "np.clip")
     if c.kwnames:
         raise _RuleError("pass the bounds of np.clip by position: np.clip(x, lo, hi)")
     x, dy = c.x[0], c.dy
     lo = None if c.const(1, _NOCONST) is None else c.x[1]
     hi = None if c.const(2, _NOCONST) is None else c.x[2]
-    inside = " & ".join([f"({x} >= {lo})"] * (lo is not None) + [f"({x} <= {hi})"] * (hi is not None))
-    if i == 0:
-        if c.nd(0) == 0 and c.nd(1) == 0 and c.nd(2) == 0:
-            return f"({dy} if {inside.replace(' & ', ' and ')} else 0.0)" if inside else dy
-        return f"np.where({inside}, {dy}, 0.0 * {dy})" if inside else f"{dy} + 0.0 * {x}"
-    b = lo if i == 1 else hi
-    if b is None:
+    m = x if lo is None else f"np.maximum({x}, {lo})"
+    conds = {0: ([f"({x} >= {lo})"] if lo is not None else []) + ([f"({m} <= {hi})"] if hi is not None else []),
+             1: [f"({x} < {lo})"] + ([f"({m} <= {hi})"] if hi is not None else []),
+             2: [f"({m} > {hi})"]}
+    if (i == 1 and lo is None) or (i == 2 and hi is None):
         return None
-    cmp = "<" if i == 1 else ">"
-    if c.nd(0) == 0 and c.nd(1) == 0 and c.nd(2) == 0:
-        return f"({dy} if {x} {cmp} {b} else 0.0)"
-    return f"np.where({x} {cmp} {b}, {dy}, 0.0 * {dy})"
+    cond = " & ".join(conds[i])
+    if not cond:
+        return f"{dy} + 0.0 * {x}"
+    return f"np.where({cond}, {dy}, 0.0 * {dy})"
 
 
 EXTRA_RULES[np.clip] = ARule(_clip, broadcast=True)
@@ -507,57 +507,60 @@ def _flip(c: Ctx, i: int) -> Optional[str]:
 EXTRA_RULES[np.flip] = ARule(_flip, kw_ok=("axis",))
 
 
-def _reps(r: Any) -> Tuple[int, ...]:
-    reps = (r,) if isinstance(r, (int, np.integer)) else tuple(r) if isinstance(r, tuple) else None
-    if reps is None or not all(isinstance(k, (int, np.integer)) and k >= 0 for k in reps):
-        raise _RuleError("np.tile: reps must be a constant integer or tuple of integers")
-    return tuple(int(k) for k in reps)
+def _nreps(kind: str) -> int:
+    """How many repetitions np.tile's reps gives: 1 for an int, n for an n-tuple of ints."""
+    from ..ssa.analysis import is_tuple, tuple_elts
+    if kind == "int":
+        return 1
+    if is_tuple(kind) and all(k == "int" for k in tuple_elts(kind)):
+        return len(tuple_elts(kind))
+    raise _RuleError("reps must be an integer or a tuple of integers")
 
 
-def _tile_shapes(nd: int, reps: Tuple[int, ...]) -> int:
-    if nd > 2 or len(reps) > 2:
+def _tile_check(nd: int, nreps: int) -> None:
+    if nd not in (1, 2) or nreps > 2:
         raise _RuleError("np.tile is differentiable for 1-D and 2-D arrays and at most two repetitions")
-    return max(nd, len(reps))
 
 
 def _tile(c: Ctx, i: int) -> Optional[str]:
+    # the repetitions are read from the shapes: reps may be a run-time value
     if i != 0:
         return None
-    nd = c.nd(0)
-    reps = _reps(_param(c, 1, "reps"))
-    _tile_shapes(nd, reps)
+    nd, nr = c.nd(0), _nreps(c.kinds[1])
+    _tile_check(nd, nr)
     x, dy = c.x[0], f"np.ascontiguousarray({c.dy})"
-    if nd == 1 and len(reps) == 1:
-        return f"np.sum(np.reshape({dy}, ({reps[0]}, {x}.shape[0])), axis=0)"
+    if nd == 1 and nr == 1:
+        return f"np.sum(np.reshape({dy}, ({c.dy}.shape[0] // {x}.shape[0], {x}.shape[0])), axis=0)"
     if nd == 1:            # (r0, r1) of a vector: a (r0, r1 * n) matrix
-        return (f"np.sum(np.sum(np.reshape({dy}, ({reps[0]}, {reps[1]}, {x}.shape[0])), axis=0), "
-                "axis=0)")
-    r0, r1 = (1, reps[0]) if len(reps) == 1 else reps
-    return (f"np.sum(np.sum(np.reshape({dy}, ({r0}, {x}.shape[0], {r1}, {x}.shape[1])), axis=2), "
-            "axis=0)")
+        return (f"np.sum(np.sum(np.reshape({dy}, ({c.dy}.shape[0], {c.dy}.shape[1] // {x}.shape[0], "
+                f"{x}.shape[0])), axis=0), axis=0)")
+    return (f"np.sum(np.sum(np.reshape({dy}, ({c.dy}.shape[0] // {x}.shape[0], {x}.shape[0], "
+            f"{c.dy}.shape[1] // {x}.shape[1], {x}.shape[1])), axis=2), axis=0)")
 
 
-def _tile_primal(x: str, nd: int, kw: Dict[str, Any]) -> str:
-    reps = _reps(kw.get("reps"))
-    _tile_shapes(nd, reps)
-    if nd == 1 and len(reps) == 1:
-        return f"_zyg_tile1({x}, {reps[0]})"
+def _tile_primal(args: List[str], kinds: List[str], nd: int) -> str:
+    x, r = args[0], args[1]
+    nr = _nreps(kinds[1])
+    _tile_check(nd, nr)
+    if nd == 1 and nr == 1:
+        return f"_zyg_tile1({x}, {r})"
     if nd == 1:
-        return f"_zyg_tile2(np.reshape({x}, (1, {x}.shape[0])), {reps[0]}, {reps[1]})"
-    r0, r1 = (1, reps[0]) if len(reps) == 1 else reps
-    return f"_zyg_tile2({x}, {r0}, {r1})"
+        return f"_zyg_tile2(np.reshape({x}, (1, {x}.shape[0])), {r}[0], {r}[1])"
+    if nr == 1:
+        return f"_zyg_tile2({x}, 1, {r})"
+    return f"_zyg_tile2({x}, {r}[0], {r}[1])"
 
 
-EXTRA_RULES[np.tile] = ARule(_tile, kw_ok=("reps",))
+EXTRA_RULES[np.tile] = ARule(_tile)
 
 
 def _repeat(c: Ctx, i: int) -> Optional[str]:
     if i != 0:
         return None
-    k = _param(c, 1, "repeats")
-    if not isinstance(k, (int, np.integer)):
-        raise _RuleError("np.repeat is differentiable with a constant integer count "
-                         "(for counts per element, index with np.arange and integer arrays)")
+    if c.kinds[1] != "int":
+        raise _RuleError("np.repeat is differentiable with one integer count (for a count per "
+                         "element, build the index array and index with it)")
+    k = c.x[1]
     nd = c.nd(0)
     ax = _norm_axis(_param(c, 2, "axis"), nd, "np.repeat")
     x, dy = c.x[0], f"np.ascontiguousarray({c.dy})"
@@ -571,8 +574,7 @@ def _repeat(c: Ctx, i: int) -> Optional[str]:
     return f"np.sum(np.reshape({dy}, ({x}.shape[0], {x}.shape[1], {k})), axis=2)"
 
 
-def _repeat_primal(x: str, nd: int, kw: Dict[str, Any]) -> str:
-    k = kw.get("repeats")
+def _repeat_primal(x: str, k: str, nd: int, kw: Dict[str, Any]) -> str:
     ax = _norm_axis(kw.get("axis"), nd, "np.repeat")
     if ax is None or nd == 1:
         return f"np.repeat({x}, {k})"
@@ -581,7 +583,7 @@ def _repeat_primal(x: str, nd: int, kw: Dict[str, Any]) -> str:
     return f"_zyg_repeat2({x}, {k}, {ax})"
 
 
-EXTRA_RULES[np.repeat] = ARule(_repeat, kw_ok=("repeats", "axis"))
+EXTRA_RULES[np.repeat] = ARule(_repeat, kw_ok=("axis",))
 
 
 def _reshape_back(c: Ctx, i: int) -> Optional[str]:
@@ -788,9 +790,11 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         ax = _norm_axis(kw.get("axis"), nd, "np.flip")
         return f"{_flip_src(args[0], nd, ax)}.copy()"
     if fn is np.tile:
-        return _tile_primal(args[0], nd, kw)
+        return _tile_primal(args, kinds, nd)
     if fn is np.repeat:
-        return _repeat_primal(args[0], nd, kw)
+        if len(args) < 2:
+            raise _RuleError("np.repeat takes the count by position")
+        return _repeat_primal(args[0], args[1], nd, kw)
     if fn in (np.asarray, np.array):
         dt = kw.get("dtype")
         if nd == 0:
@@ -1107,3 +1111,21 @@ def helpers(target: str) -> Dict[str, Any]:
         g = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__)
         ns[f.__name__] = out[f"_zyg_{f.__name__.lstrip('_')}"] = njit(g)
     return out
+
+
+# --- np.clip on numbers ------------------------------------------------------------------------
+from .registry import adjoint, lookup  # noqa: E402
+
+
+@adjoint(np.clip)
+def _clip_scalar_rule(x, lo, hi):
+    m = max(x, lo)
+    y = min(m, hi)
+
+    def back(dy):
+        dm = dy if m <= hi else 0.0
+        return (dm if x >= lo else 0.0, dm if x < lo else 0.0, dy if m > hi else 0.0)
+    return y, back
+
+
+lookup(np.clip).real_only = True
