@@ -345,14 +345,26 @@ ARRAY_RULES[np.where] = ARule(_where, broadcast=True)
 
 
 def _clip(c: Ctx, i: int) -> Optional[str]:
+    """np.clip with scalar or array bounds, either of them None (no bound); exactly the
+    derivative of numpy's definition minimum(maximum(x, lo), hi), also where lo > hi.
+    On a bound (x == lo or x == hi) the cotangent goes to x."""
     if c.cplx:
         raise _no_complex("np.clip")
-    x, lo, hi, dy = c.x[0], c.x[1], c.x[2], c.dy
-    if i == 0:
-        return f"np.where(({x} >= {lo}) & ({x} <= {hi}), {dy}, 0.0)"
-    if i == 1:
-        return f"np.where({x} < {lo}, {dy}, 0.0)"
-    return f"np.where({x} > {hi}, {dy}, 0.0)"
+    if c.kwnames:
+        raise _RuleError("pass the bounds of np.clip by position: np.clip(x, lo, hi)")
+    x, dy = c.x[0], c.dy
+    lo = None if c.const(1, _NOCONST) is None else c.x[1]
+    hi = None if c.const(2, _NOCONST) is None else c.x[2]
+    m = x if lo is None else f"np.maximum({x}, {lo})"
+    conds = {0: ([f"({x} >= {lo})"] if lo is not None else []) + ([f"({m} <= {hi})"] if hi is not None else []),
+             1: [f"({x} < {lo})"] + ([f"({m} <= {hi})"] if hi is not None else []),
+             2: [f"({m} > {hi})"]}
+    if (i == 1 and lo is None) or (i == 2 and hi is None):
+        return None
+    cond = " & ".join(conds[i])
+    if not cond:
+        return f"{dy} + 0.0 * {x}"
+    return f"np.where({cond}, {dy}, 0.0 * {dy})"
 
 
 ARRAY_RULES[np.clip] = ARule(_clip, broadcast=True)

@@ -121,12 +121,14 @@ def with_keepdims(fn: Any, base: ARule) -> ARule:
     """``base``, also for ``keepdims=True``: the result's cotangent and value are read
     without the kept axis, as the base rule expects."""
     def back(c: Ctx, i: int) -> Optional[str]:
+        from .arrays import ARRAY_RULES
+        rule = EXTRA_RULES.get(fn) or ARRAY_RULES[fn]
         kd, ax = _keepdims_ax(c, fn)
         if kd:
             nd = c.nd(0)
             c = Ctx(c.x, _squeeze(c.y, ax, nd), _squeeze(c.dy, ax, nd), c.kinds, c.consts,
                     [k for k in c.kwnames if k != "keepdims"], c.kwx, c.kwkinds, c.kwconsts)
-        return base.back(c, i)
+        return rule.back(c, i)
     return ARule(back, base.broadcast, tuple(base.kw_ok) + ("keepdims",))
 
 
@@ -399,7 +401,7 @@ def _sort(c: Ctx, i: int) -> Optional[str]:
     return f"_zyg_unsort2(np.ascontiguousarray({x}.T), np.ascontiguousarray({dy}.T)).T"
 
 
-EXTRA_RULES[np.sort] = ARule(_sort, kw_ok=("axis",))
+EXTRA_RULES[np.sort] = ARule(_sort, kw_ok=("axis", "kind"))   # every kind sorts alike
 
 
 def _sort_primal(x: str, nd: int, kw: Dict[str, Any]) -> str:
@@ -442,29 +444,6 @@ EXTRA_RULES[np.maximum.accumulate] = _accumulate("maximum")
 EXTRA_RULES[np.minimum.accumulate] = _accumulate("minimum")
 
 
-def _clip(c: Ctx, i: int) -> Optional[str]:
-    """np.clip with scalar or array bounds, either of them None (no bound); exactly the
-    derivative of numpy's definition minimum(maximum(x, lo), hi), also where lo > hi.
-    On a bound (x == lo or x == hi) the cotangent goes to x."""
-    _real_only(c, "np.clip")
-    if c.kwnames:
-        raise _RuleError("pass the bounds of np.clip by position: np.clip(x, lo, hi)")
-    x, dy = c.x[0], c.dy
-    lo = None if c.const(1, _NOCONST) is None else c.x[1]
-    hi = None if c.const(2, _NOCONST) is None else c.x[2]
-    m = x if lo is None else f"np.maximum({x}, {lo})"
-    conds = {0: ([f"({x} >= {lo})"] if lo is not None else []) + ([f"({m} <= {hi})"] if hi is not None else []),
-             1: [f"({x} < {lo})"] + ([f"({m} <= {hi})"] if hi is not None else []),
-             2: [f"({m} > {hi})"]}
-    if (i == 1 and lo is None) or (i == 2 and hi is None):
-        return None
-    cond = " & ".join(conds[i])
-    if not cond:
-        return f"{dy} + 0.0 * {x}"
-    return f"np.where({cond}, {dy}, 0.0 * {dy})"
-
-
-EXTRA_RULES[np.clip] = ARule(_clip, broadcast=True)
 
 
 # --- shapes ------------------------------------------------------------------------------------
@@ -732,7 +711,7 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         if ax is None or nd == 1:
             return f"np.full(({'1, ' * nd}), {inner})"
         return f"np.expand_dims({inner}, {ax})"
-    if fn in (np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin, np.clip):
+    if fn in (np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin):
         return None         # arrays.primal_call
     kw = _consts({k: v for k, v in kwargs.items() if k != "weights"}, f"np.{name}")
     if fn in (np.var, np.std, np.nanvar, np.nanstd):
