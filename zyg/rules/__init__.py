@@ -7,3 +7,4 @@ from .registry import adjoint, nondifferentiable, lookup, is_nondifferentiable, 
 from . import scalar  # noqa: F401  (registers the scalar rules)
 from . import arrays  # noqa: F401  (array rules; declares np.zeros & co. non-differentiable)
 from . import special  # noqa: F401  (scipy.special and numpy's scalar ufunc forms)
+from . import numpy_extra  # noqa: F401  (statistics, sorting, shapes; the scalar np.clip rule)

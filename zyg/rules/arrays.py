@@ -345,14 +345,26 @@ ARRAY_RULES[np.where] = ARule(_where, broadcast=True)
 
 
 def _clip(c: Ctx, i: int) -> Optional[str]:
+    """np.clip with scalar or array bounds, either of them None (no bound); exactly the
+    derivative of numpy's definition minimum(maximum(x, lo), hi), also where lo > hi.
+    On a bound (x == lo or x == hi) the cotangent goes to x."""
     if c.cplx:
         raise _no_complex("np.clip")
-    x, lo, hi, dy = c.x[0], c.x[1], c.x[2], c.dy
-    if i == 0:
-        return f"np.where(({x} >= {lo}) & ({x} <= {hi}), {dy}, 0.0)"
-    if i == 1:
-        return f"np.where({x} < {lo}, {dy}, 0.0)"
-    return f"np.where({x} > {hi}, {dy}, 0.0)"
+    if c.kwnames:
+        raise _RuleError("pass the bounds of np.clip by position: np.clip(x, lo, hi)")
+    x, dy = c.x[0], c.dy
+    lo = None if c.const(1, _NOCONST) is None else c.x[1]
+    hi = None if c.const(2, _NOCONST) is None else c.x[2]
+    m = x if lo is None else f"np.maximum({x}, {lo})"
+    conds = {0: ([f"({x} >= {lo})"] if lo is not None else []) + ([f"({m} <= {hi})"] if hi is not None else []),
+             1: [f"({x} < {lo})"] + ([f"({m} <= {hi})"] if hi is not None else []),
+             2: [f"({m} > {hi})"]}
+    if (i == 1 and lo is None) or (i == 2 and hi is None):
+        return None
+    cond = " & ".join(conds[i])
+    if not cond:
+        return f"{dy} + 0.0 * {x}"
+    return f"np.where({cond}, {dy}, 0.0 * {dy})"
 
 
 ARRAY_RULES[np.clip] = ARule(_clip, broadcast=True)
@@ -401,10 +413,14 @@ def _stacked(fn) -> ARule:
 def rule_for(fn: Any) -> Optional[ARule]:
     if isinstance(fn, ArrayOf):
         return ARule(_array_of)
+    from . import numpy_extra
     if isinstance(fn, Stacked):
-        if fn.fn in (np.vstack, np.hstack):
-            return None
+        if fn.fn in (np.vstack, np.hstack, np.column_stack):
+            return numpy_extra.stacked_rule(fn.fn)
         return _stacked(fn.fn)
+    extra = numpy_extra.rule_for(fn)      # statistics, sorting, shapes; keepdims=
+    if extra is not None:
+        return extra
     try:
         got = ARRAY_RULES.get(fn)
     except TypeError:
@@ -416,7 +432,8 @@ def rule_for(fn: Any) -> Optional[ARule]:
 
 
 NONDIFF_ARRAY = [np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like,
-                 np.arange, np.shape, np.size, np.ndim, np.argsort, np.sign, np.isclose]
+                 np.arange, np.shape, np.size, np.ndim, np.argsort, np.sign, np.isclose,
+                 np.searchsorted]
 for _f in NONDIFF_ARRAY:
     nondifferentiable(_f)
 
@@ -518,7 +535,8 @@ def call_parts(fn: Any, operands: list, args: List[str], kwargs: Dict[str, Any],
     if len(operands) == 2 and fn in _AXIS_FNS and "axis" not in kw:
         kw["axis"] = (args[1], const(operands[1]))
         args = args[:1]
-    return list(args), kw
+    from .numpy_extra import call_parts as extra_parts
+    return extra_parts(fn, operands, list(args), kw, const)
 
 
 def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, Any],
@@ -527,6 +545,10 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
     ``kwargs`` maps names to (rendered, constant value or _NOCONST)."""
     from . import special
     sp = special.primal_call(fn, args, kinds, kwargs)
+    if sp is not None:
+        return sp
+    from .numpy_extra import primal_call as extra_call
+    sp = extra_call(fn, args, kinds, kwargs, result_kind, primal_call)
     if sp is not None:
         return sp
     ax = None
@@ -609,6 +631,8 @@ def helpers(target: str) -> Dict[str, Any]:
     out.update(arraytape.helpers_py())
     from ..pullbacks import fancy
     out.update(fancy.helpers_py())
+    from . import numpy_extra
+    extra = numpy_extra.helpers(target)         # numba-compiled already for "cpu"
     if target != "python":
         jit = {}
         pg = njit(prod_grad)
@@ -622,6 +646,7 @@ def helpers(target: str) -> Dict[str, Any]:
         out = jit
     from . import special
     out.update(special.helpers(target, njit))
+    out.update(extra)
     _HELPERS[key] = out
     return out
 

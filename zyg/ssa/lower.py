@@ -39,6 +39,7 @@ _METHODS = {
     "min": np.min, "argmax": np.argmax, "argmin": np.argmin, "dot": np.dot,
     "cumsum": np.cumsum, "transpose": np.transpose, "ravel": np.ravel, "flatten": np.ravel,
     "reshape": np.reshape, "clip": np.clip, "conjugate": np.conjugate, "conj": np.conjugate,
+    "var": np.var, "std": np.std, "cumprod": np.cumprod, "repeat": np.repeat,
 }
 _UFUNC_OPS = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
               np.divide: operator.truediv}
@@ -542,7 +543,9 @@ class Lowerer:
                 spec.append("s")
                 for q in (p.lower, p.upper, p.step):
                     ops.append(Const(None) if q is None else self.expr(q))
-            elif isinstance(p, gast.Constant) and p.value is None:
+            elif (isinstance(p, gast.Constant) and p.value is None) or (
+                    isinstance(p, gast.Attribute) and p.attr == "newaxis"
+                    and self.static_value(p.value) is np):
                 spec.append("n")
             elif isinstance(p, gast.Constant) and p.value is Ellipsis:
                 spec.append("e")
@@ -1349,6 +1352,17 @@ class Lowerer:
                              [base] + [self.expr(k.value) for k in node.keywords], node, hint)
         if is_namedtuple_class(fn):
             return self.namedtuple(fn, node, hint)
+        if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "astype":
+            from ..rules.numpy_extra import astype
+            dt = self.static_value(node.args[0]) if len(node.args) == 1 and not node.keywords else None
+            if dt is None:
+                raise self.unsupported(node, "astype() is supported with one constant dtype",
+                                       "x.astype(np.float64)")
+            try:
+                dt = np.dtype(dt).type
+            except TypeError:
+                raise self.unsupported(node, f"astype({dt!r}): not a numpy dtype", "x.astype(np.float64)")
+            return self.emit(astype, [self.expr(node.func.value), Const(dt)], node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr in _METHODS:
             # a method of an array: a.sum(axis=0) -> np.sum(a, axis=0)
             meth = _METHODS[node.func.attr]
@@ -1368,11 +1382,8 @@ class Lowerer:
             from .messages import local_call
             raise self.unsupported(node.func, *local_call(node))
         if fn is np.array or fn is np.asarray:
-            if len(node.args) != 1 or node.keywords or not isinstance(node.args[0], (gast.List, gast.Tuple)):
-                raise self.unsupported(node, "np.array() is supported on a literal list of numbers",
-                                       "np.array([x, y, z])")
-            return self.emit(ArrayOf(), [self.expr(e) for e in node.args[0].elts], node, hint)
-        if fn in (np.concatenate, np.stack, np.vstack, np.hstack):
+            return self.array_literal(fn, node, hint)
+        if fn in (np.concatenate, np.stack, np.vstack, np.hstack, np.column_stack):
             if not node.args or not isinstance(node.args[0], (gast.List, gast.Tuple)):
                 raise self.unsupported(node, f"np.{fn.__name__}() is supported on a literal tuple of arrays",
                                        f"np.{fn.__name__}((a, b))")
@@ -1388,6 +1399,14 @@ class Lowerer:
             raise self.unsupported(node, "'**' unpacking in calls is not supported")
         args = [self.expr(a) for a in node.args]
         kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+        if fn is np.average:
+            # weights= may be differentiated: an operand (keyword operands must be constants)
+            names = ("a", "axis", "weights")
+            for k in names[len(args):]:
+                args.append(kwargs.pop(k, Const(None)))
+            if kwargs:
+                raise self.unsupported(node, f"np.average(): {', '.join(kwargs)}= is not supported",
+                                       "np.average(a, axis=..., weights=...)")
         if fn in (min, max) and len(args) > 2 and not kwargs:
             acc = args[0]
             for a in args[1:]:
@@ -1397,6 +1416,33 @@ class Lowerer:
             raise self.unsupported(node, f"{fn.__name__}() is not supported here")
         return self.emit(fn, args, node, hint, kwargs)
 
+
+    def array_literal(self, fn, node, hint, arg=None) -> Operand:
+        """``np.array([x, y])``, ``np.array([[a, b], [c, d]])`` (rows stacked), and
+        ``np.array(a)`` / ``np.asarray(a)`` of an array (a copy / the array itself)."""
+        if arg is None:
+            if len(node.args) != 1:
+                raise self.unsupported(node, f"np.{fn.__name__}() takes one argument here",
+                                       "np.array([x, y, z]) or np.asarray(a)")
+            arg = node.args[0]
+        elif not isinstance(arg, (gast.List, gast.Tuple)):
+            raise self.unsupported(arg, "a nested list literal needs lists at every level",
+                                   "np.array([[a, b], [c, d]])")
+        if not isinstance(arg, (gast.List, gast.Tuple)):
+            kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            if set(kwargs) - {"dtype"}:
+                raise self.unsupported(node, f"np.{fn.__name__}(): only dtype= is supported")
+            return self.emit(fn, [self.expr(arg)], node, hint, kwargs)
+        if node.keywords:
+            raise self.unsupported(node, f"np.{fn.__name__}() of a literal list takes no keywords here",
+                                   "np.array([x, y, z])")
+        if arg.elts and all(isinstance(e, (gast.List, gast.Tuple)) for e in arg.elts):
+            rows = [self.array_literal(fn, node, "", e) for e in arg.elts]
+            return self.emit(Stacked(np.stack), rows, node, hint, {})
+        if any(isinstance(e, (gast.List, gast.Tuple)) for e in arg.elts):
+            raise self.unsupported(node, "a nested list literal needs lists at every level",
+                                   "np.array([[a, b], [c, d]])")
+        return self.emit(ArrayOf(), [self.expr(e) for e in arg.elts], node, hint)
 
     # -- calls of user functions and closures: inlined ------------------------------
     def inline(self, fn: Any, node, hint: str) -> Operand:

@@ -174,8 +174,9 @@ class Stacked(Prim):
     def _key(self):
         return self.fn
 
-    def __call__(self, *xs, axis=0):
-        return self.fn(tuple(xs), axis=axis)
+    def __call__(self, *xs, **kw):
+        # np.hstack / np.vstack / np.column_stack take no axis
+        return self.fn(tuple(xs), **kw)
 
 
 class InPlace(Prim):
