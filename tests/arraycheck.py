@@ -42,6 +42,9 @@ import numpy as np
 
 import zyg
 
+# the globals of probes: tests add modules they call (tests/test_linalg.py adds scipy.linalg)
+NAMES: Dict[str, Any] = {"np": np}
+
 FD_STEP = 1e-6
 FD_MAX_ELEMS = 64          # per argument; larger arrays get a random subset of elements
 DIRECTIONS = 3
@@ -111,7 +114,7 @@ def make_probe(expr: str, nargs: int, scalar_out: bool, cplx_out: bool = False) 
     # a stable pseudo-file name: zyg reads the probe's source through linecache
     name = f"<zyg-arraycheck-{zlib.crc32(src.encode()):08x}>"
     linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-    ns: Dict[str, Any] = {"np": np}
+    ns: Dict[str, Any] = dict(NAMES)
     exec(compile(src, name, "exec"), ns)
     return ns["probe"]
 
@@ -180,7 +183,7 @@ def check_expr(expr: str, args: Sequence[Any], target: str = "python", rtol: flo
     argnums = tuple(i for i, a in enumerate(args) if _is_float(a))
     assert argnums, f"{label}: no float argument to differentiate"
     a64 = [_f64(a) for a in args]
-    y = eval(expr, {"np": np}, {f"a{i}": a for i, a in enumerate(a64)})
+    y = eval(expr, dict(NAMES), {f"a{i}": a for i, a in enumerate(a64)})
     scalar_out = np.ndim(y) == 0
     cplx_out = np.iscomplexobj(y)
     rng = np.random.default_rng(_seed(expr + repr([np.shape(a) for a in args])))

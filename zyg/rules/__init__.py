@@ -6,3 +6,4 @@ users have.  Importing this package registers them.
 from .registry import adjoint, nondifferentiable, lookup, is_nondifferentiable, Rule  # noqa: F401
 from . import scalar  # noqa: F401  (registers the scalar rules)
 from . import arrays  # noqa: F401  (array rules; declares np.zeros & co. non-differentiable)
+from . import linalg  # noqa: F401,E402  (linear algebra rules and result kinds)

@@ -62,6 +62,9 @@ class ARule:
         self.back = back
         self.broadcast = broadcast
         self.kw_ok = kw_ok
+        # fwd(c, i): the tangent from operand i's tangent ``c.dy``, for forward mode of
+        # functions that are neither elementwise, linear nor reductions (rules/linalg.py)
+        self.fwd: Optional[Callable[[Ctx, int], str]] = None
 
 
 ARRAY_RULES: Dict[Any, ARule] = {}
@@ -405,8 +408,9 @@ def rule_for(fn: Any) -> Optional[ARule]:
         if fn.fn in (np.vstack, np.hstack):
             return None
         return _stacked(fn.fn)
+    from .linalg import LINALG_RULES
     try:
-        return ARRAY_RULES.get(fn)
+        return LINALG_RULES.get(fn) or ARRAY_RULES.get(fn)
     except TypeError:
         return None
 
@@ -521,6 +525,10 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
                 result_kind: Optional[str] = None) -> Optional[str]:
     """Source of ``fn(*args, **kwargs)`` where numba needs another spelling; else None.
     ``kwargs`` maps names to (rendered, constant value or _NOCONST)."""
+    from . import linalg
+    special = linalg.primal_call(fn, args, kinds, kwargs)
+    if special is not None:
+        return special
     ax = None
     if "axis" in kwargs:
         ax = kwargs["axis"][1]
@@ -580,9 +588,10 @@ _HELPERS: Dict[Any, Dict[str, Any]] = {}
 def helpers(target: str) -> Dict[str, Any]:
     """Name -> helper object for generated code on ``target``."""
     from ..numerics import njit, options_tag
+    from . import linalg
     key = (target, options_tag(target))
     if key in _HELPERS:
-        return _HELPERS[key]
+        return {**_HELPERS[key], **linalg.helpers(target)}
     ns: Dict[str, Any] = {"np": np}
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
@@ -611,7 +620,7 @@ def helpers(target: str) -> Dict[str, Any]:
                 jit[k] = njit(v)
         out = jit
     _HELPERS[key] = out
-    return out
+    return {**out, **linalg.helpers(target)}
 
 
 def _src_of(fn) -> str:

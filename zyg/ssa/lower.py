@@ -111,6 +111,22 @@ def unwrap(fn: Any) -> Any:
     return fn
 
 
+
+def _int_list(node) -> Optional[Const]:
+    """A literal list of integers (nested lists and tuples of them) passed to a call, as
+    a constant tuple: ``np.tensordot(a, b, axes=([1], [0]))``; None for anything else."""
+    def value(n):
+        if isinstance(n, gast.Constant) and type(n.value) is int:
+            return n.value
+        if isinstance(n, (gast.List, gast.Tuple)):
+            vals = [value(e) for e in n.elts]
+            return None if any(v is None for v in vals) else tuple(vals)
+        return None
+    if not isinstance(node, gast.List):
+        return None
+    v = value(node)
+    return None if v is None else Const(v)
+
 class _Source:
     """The parsed source of a function, with the offsets mapping it to the file."""
 
@@ -1025,7 +1041,8 @@ class Lowerer:
         return method(node, hint)
 
     def expr_Constant(self, node, hint) -> Operand:
-        if not isinstance(node.value, (int, float, bool, complex, type(None))):
+        # strings are constants of calls (np.einsum's subscripts, norm's ord='fro')
+        if not isinstance(node.value, (int, float, bool, complex, str, type(None))):
             raise self.unsupported(node, f"constant {node.value!r} is not supported",
                                    "differentiated code works on numbers")
         return Const(node.value)
@@ -1335,8 +1352,8 @@ class Lowerer:
                 raise self.unsupported(a, "'*' unpacking in calls is not supported")
         if any(k.arg is None for k in node.keywords):
             raise self.unsupported(node, "'**' unpacking in calls is not supported")
-        args = [self.expr(a) for a in node.args]
-        kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+        args = [_int_list(a) or self.expr(a) for a in node.args]
+        kwargs = {k.arg: _int_list(k.value) or self.expr(k.value) for k in node.keywords}
         if fn in (min, max) and len(args) > 2 and not kwargs:
             acc = args[0]
             for a in args[1:]:
