@@ -174,6 +174,10 @@ def _norm_parts(c: Ctx) -> Tuple[Any, Optional[int]]:
     return p, ax
 
 
+def _fsrc(v: float) -> str:
+    return "np.inf" if v == np.inf else "(-np.inf)" if v == -np.inf else repr(v)
+
+
 def _vec_norm_back(x: str, y: str, dy: str, p: float) -> str:
     if p == 2.0:
         return f"{dy} * {x} / {y}"
@@ -184,7 +188,7 @@ def _vec_norm_back(x: str, y: str, dy: str, p: float) -> str:
     if p in (np.inf, -np.inf):
         m = f"(np.abs({x}) == {y})"
         return f"{dy} * np.sign({x}) * {m} / np.sum({m})"
-    return f"{dy} * np.sign({x}) * (np.abs({x}) / {y}) ** {p - 1.0!r}"
+    return f"{dy} * np.sign({x}) * (np.abs({x}) / {y}) ** {_fsrc(p - 1.0)}"
 
 
 def _norm(c: Ctx, i: int) -> Optional[str]:
@@ -196,7 +200,7 @@ def _norm(c: Ctx, i: int) -> Optional[str]:
     if ax is not None:
         if c.nd(0) != 2:
             raise _RuleError("np.linalg.norm with an axis is differentiable for 2-D arrays")
-        return f"_zyg_norm_axis_back({x}, {y}, {dy}, {_ord_code(p)!r}, {ax})"
+        return f"_zyg_norm_axis_back({x}, {y}, {dy}, {_fsrc(_ord_code(p))}, {ax})"
     if c.nd(0) == 1:
         return _vec_norm_back(x, y, dy, _ord_code(p))
     if p is None or p == "fro":
@@ -412,9 +416,9 @@ def einsum_family(ins: List[str], out: str) -> str:
 
 def _einsum_ops(c: Ctx) -> Tuple[List[str], List[str], str]:
     """(operands, subscripts, helper prefix) of an einsum or tensordot call."""
-    if c.kwnames:
+    if any(k != "axes" for k in c.kwnames):
         raise _RuleError(f"keyword arguments {c.kwnames} of np.einsum / np.tensordot are not supported")
-    if c.const(0, None) is not _NOCONST and isinstance(c.const(0, None), str):
+    if isinstance(c.const(0, None), str):
         ins, out = parse_einsum(c.const(0), len(c.x) - 1)
         return c.x[1:], ins, einsum_family(ins, out)
     axes = _opt(c, "axes", 2, 2)
@@ -763,8 +767,8 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         nd = [array_ndim(k) for k in kinds[:2]]
         ins, out = parse_einsum(tensordot_spec(nd[0], nd[1], axes), 2)
         return f"{einsum_family(ins, out)}_f({args[0]}, {args[1]})"
-    if fn is np.linalg.norm and (len(args) > 2 or "axis" in kwargs):
-        ax = kwargs["axis"][1] if "axis" in kwargs else _eval_const(args[2])
+    if fn is np.linalg.norm and (len(args) > 1 or kwargs):
+        ax = kwargs["axis"][1] if "axis" in kwargs else (_eval_const(args[2]) if len(args) > 2 else None)
         p = kwargs["ord"][1] if "ord" in kwargs else (_eval_const(args[1]) if len(args) > 1 else None)
         if ax is _NOCONST or p is _NOCONST:
             raise _RuleError("np.linalg.norm's ord and axis must be constants")
@@ -772,15 +776,18 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
             raise _RuleError("np.linalg.norm with keepdims=True is not supported")
         nd = array_ndim(kinds[0])
         if ax is None or (nd == 1 and ax in (0, -1)) or (isinstance(ax, tuple) and nd == 2):
-            ps = "" if p is None else f", {args[1] if len(args) > 1 else kwargs['ord'][0]}"
+            if p == "nuc":
+                return f"_zyg_nuc_norm({args[0]})"
+            # numba takes no string ord: 'fro' is the default
+            ps = "" if p in (None, "fro") else f", {args[1] if len(args) > 1 else kwargs['ord'][0]}"
             return f"np.linalg.norm({args[0]}{ps})"
         if nd != 2:
             raise _RuleError("np.linalg.norm with an axis is supported for 2-D arrays")
-        return f"_zyg_norm_axis({args[0]}, {_ord_code(p)!r}, {ax % 2})"
+        return f"_zyg_norm_axis({args[0]}, {_fsrc(_ord_code(p))}, {ax % 2})"
     if fn is np.linalg.eigh and (len(args) > 1 or "UPLO" in kwargs):
         u = kwargs["UPLO"][1] if "UPLO" in kwargs else _eval_const(args[1])
-        if u == "U":       # the upper triangle of A is the lower one of A.T
-            return f"np.linalg.eigh({_T(args[0])})"
+        if u == "U":
+            return f"_zyg_eigh_upper({args[0]})"
         return f"np.linalg.eigh({args[0]})"
     if fn is np.linalg.lstsq and ("rcond" in kwargs or len(args) > 2):
         r = kwargs["rcond"][1] if "rcond" in kwargs else _eval_const(args[2])
@@ -820,9 +827,9 @@ def _eval_const(src: str) -> Any:
     try:
         return ast.literal_eval(src)
     except (ValueError, SyntaxError):
-        if src in ("np.inf", "inf"):
+        if src in ("float('inf')", "np.inf"):
             return np.inf
-        if src in ("-np.inf", "(-np.inf)"):
+        if src in ("float('-inf')", "(-np.inf)"):
             return -np.inf
         return _NOCONST
 
@@ -1048,6 +1055,24 @@ def tri_back_a(g, x, lower, trans, unit):
     return tri_mask(G, lower, unit)
 
 
+def nuc_norm_py(x):
+    return np.linalg.norm(x, "nuc")
+
+
+def nuc_norm_loops(x):
+    return np.sum(np.linalg.svd(x)[1])
+
+
+def eigh_upper_py(A):
+    return np.linalg.eigh(A, UPLO="U")
+
+
+def eigh_upper_loops(A):
+    """numba's eigh reads the lower triangle: the upper one of A is the lower one of A.T
+    (the eigenvectors may differ in sign from numpy's: LAPACK takes another path)."""
+    return np.linalg.eigh(np.ascontiguousarray(A.T))
+
+
 def eigh_back_w(V, dw, lower):
     G = (V * dw) @ np.ascontiguousarray(V.T)
     return sym_to_triangle(G, lower)
@@ -1223,6 +1248,8 @@ _HELPER_FNS: Dict[str, Tuple[Callable, Callable]] = {
     "_zyg_matnorm_grad": (matnorm_grad, matnorm_grad),
     "_zyg_solve_triangular": (solve_triangular_py, solve_triangular_loops),
     "_zyg_tri_mask": (tri_mask, tri_mask), "_zyg_tri_back_a": (tri_back_a, tri_back_a),
+    "_zyg_eigh_upper": (eigh_upper_py, eigh_upper_loops),
+    "_zyg_nuc_norm": (nuc_norm_py, nuc_norm_loops),
     "_zyg_eigh_back_w": (eigh_back_w, eigh_back_w), "_zyg_eigh_back_v": (eigh_back_v, eigh_back_v),
     "_zyg_eigh_fwd_w": (eigh_fwd_w, eigh_fwd_w), "_zyg_eigh_fwd_v": (eigh_fwd_v, eigh_fwd_v),
     "_zyg_qr_back_q": (qr_back_q, qr_back_q), "_zyg_qr_back_r": (qr_back_r, qr_back_r),

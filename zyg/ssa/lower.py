@@ -122,7 +122,9 @@ def _int_list(node) -> Optional[Const]:
             vals = [value(e) for e in n.elts]
             return None if any(v is None for v in vals) else tuple(vals)
         return None
-    if not isinstance(node, gast.List):
+    def has_list(n):
+        return isinstance(n, gast.List) or isinstance(n, gast.Tuple) and any(map(has_list, n.elts))
+    if not has_list(node):      # tuples of numbers are lowered as tuples
         return None
     v = value(node)
     return None if v is None else Const(v)
