@@ -194,9 +194,11 @@ def _vec_norm_back(x: str, y: str, dy: str, p: float) -> str:
 def _norm(c: Ctx, i: int) -> Optional[str]:
     if i != 0:
         return None
-    _real(c, "np.linalg.norm")
     p, ax = _norm_parts(c)
     x, y, dy = c.x[0], c.y, c.dy
+    if ax is None and c.nd(0) in (1, 2) and (p is None or p == "fro" or (p == 2 and c.nd(0) == 1)):
+        return f"{dy} * {x} / {y}"        # the 2-norm, complex operands included
+    _real(c, "np.linalg.norm with this ord or an axis")
     if ax is not None:
         if c.nd(0) != 2:
             raise _RuleError("np.linalg.norm with an axis is differentiable for 2-D arrays")

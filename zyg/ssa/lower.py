@@ -112,9 +112,13 @@ def unwrap(fn: Any) -> Any:
 
 
 
-def _int_list(node) -> Optional[Const]:
-    """A literal list of integers (nested lists and tuples of them) passed to a call, as
-    a constant tuple: ``np.tensordot(a, b, axes=([1], [0]))``; None for anything else."""
+def _call_const(node) -> Optional[Const]:
+    """A literal string or list of integers (nested lists and tuples of them) passed to a
+    call, as a constant (lists become tuples): ``np.einsum('ij,j->i', a, x)``,
+    ``np.linalg.norm(a, 'fro')``, ``np.tensordot(a, b, axes=([1], [0]))``; None for
+    anything else."""
+    if isinstance(node, gast.Constant) and isinstance(node.value, str):
+        return Const(node.value)
     def value(n):
         if isinstance(n, gast.Constant) and type(n.value) is int:
             return n.value
@@ -1043,8 +1047,7 @@ class Lowerer:
         return method(node, hint)
 
     def expr_Constant(self, node, hint) -> Operand:
-        # strings are constants of calls (np.einsum's subscripts, norm's ord='fro')
-        if not isinstance(node.value, (int, float, bool, complex, str, type(None))):
+        if not isinstance(node.value, (int, float, bool, complex, type(None))):
             raise self.unsupported(node, f"constant {node.value!r} is not supported",
                                    "differentiated code works on numbers")
         return Const(node.value)
@@ -1354,8 +1357,8 @@ class Lowerer:
                 raise self.unsupported(a, "'*' unpacking in calls is not supported")
         if any(k.arg is None for k in node.keywords):
             raise self.unsupported(node, "'**' unpacking in calls is not supported")
-        args = [_int_list(a) or self.expr(a) for a in node.args]
-        kwargs = {k.arg: _int_list(k.value) or self.expr(k.value) for k in node.keywords}
+        args = [_call_const(a) or self.expr(a) for a in node.args]
+        kwargs = {k.arg: _call_const(k.value) or self.expr(k.value) for k in node.keywords}
         if fn in (min, max) and len(args) > 2 and not kwargs:
             acc = args[0]
             for a in args[1:]:
