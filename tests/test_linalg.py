@@ -293,3 +293,13 @@ def test_messages_name_np_linalg():
     from zyg.ssa.ir import callee_name
     assert callee_name(np.linalg.solve) == "np.linalg.solve"
     assert callee_name(sla.solve_triangular) == "scipy.linalg.solve_triangular"
+
+
+def test_forward_mode_error_names_the_line():
+    def f(A):
+        c, low = sla.cho_factor(A)
+        return np.sum(c)
+    A = spd(3)
+    with pytest.raises(zyg.ZygError, match="no forward rule") as ei:
+        zyg.jvp(f, (A,), (np.ones_like(A),), target="python")
+    assert "test_linalg.py" in str(ei.value)

@@ -608,12 +608,17 @@ class TupleElt(Prim):
             if t is None:
                 continue
             if rule.fwd is None:
-                raise _RuleError(f"no forward rule for {self.name}")
+                from ..errors import NoAdjoint
+                raise fw.err(st, f"no forward rule for {self.name} (zyg.jvp); use reverse mode", NoAdjoint)
             c = Ctx(args[:self.nargs], args[self.nargs + self.k], t,
                     [fw.kind(a) for a in e.args[:self.nargs]], consts[:self.nargs], list(e.kwargs),
                     {k: fw.src(v) for k, v in e.kwargs.items()},
                     {k: fw.kind(v) for k, v in e.kwargs.items()}, kwc)
-            terms.append(f"({rule.fwd(c, args[self.nargs:], self.k, i)})")
+            try:
+                terms.append(f"({rule.fwd(c, args[self.nargs:], self.k, i)})")
+            except _RuleError as ex:
+                from ..errors import NoAdjoint
+                raise fw.err(st, f"{self.name}: {ex}", NoAdjoint)
         if not terms:
             return "np.zeros_like(%s)" % args[self.nargs + self.k] if _is_arr(fw.kind(st.var)) else "0.0"
         return " + ".join(terms)
