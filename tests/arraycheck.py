@@ -43,8 +43,10 @@ import scipy.special
 
 import zyg
 
-# the names a probe's expression may use: sc.expit(a0) for the scipy.special rules
+# the names a probe's expression may use: sc.expit(a0) for the scipy.special rules; tests
+# add modules they call (tests/test_linalg.py adds scipy.linalg)
 PROBE_GLOBALS: Dict[str, Any] = {"np": np, "sc": scipy.special}
+NAMES = PROBE_GLOBALS
 
 FD_STEP = 1e-6
 FD_MAX_ELEMS = 64          # per argument; larger arrays get a random subset of elements

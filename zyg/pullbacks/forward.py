@@ -279,7 +279,13 @@ class Forward:
         elementwise = r.broadcast or fn in _ELEMENTWISE or registry.lookup(fn) is not None
         terms = []
         for i in act:
-            if elementwise:
+            if r.fwd is not None and not scalar_out:
+                c = arules.Ctx(list(args), y, self.t(ops[i]), kinds, consts, list(e.kwargs), kwx, kwk, kwc)
+                try:
+                    terms.append(f"({r.fwd(c, i)})")
+                except arules._RuleError as ex:
+                    raise self.err(st, f"{callee_name(fn)}: {ex}", UnsupportedSyntax)
+            elif elementwise:
                 c = arules.Ctx(list(args), y, self.t(ops[i]), kinds, consts, list(e.kwargs), kwx, kwk, kwc)
                 src = r.back(c, i)
                 if src is not None:

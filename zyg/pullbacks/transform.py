@@ -41,6 +41,7 @@ from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Namespace, const_src, var_name
 from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
+from ..rules.linalg import is_tuple_call, split_tuple_calls
 from .tape import INITIAL, KIND_STACK, STACKS, grow_for
 
 
@@ -188,6 +189,8 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
         flat = flatten_tuples(fn, kinds)
         fn = flat.fn
         verify(fn, "flatten_tuples")
+        if split_tuple_calls(fn, flat.kinds):     # slogdet, eigh, qr...: one statement per element
+            verify(fn, "split_tuple_calls")
         leaf_of, pos = [], 0
         for t in flat.param_trees:
             n = n_leaves(t)
@@ -213,7 +216,7 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
         raise TypeMismatch(f"{fn.name} ({fn.filename}:{fn.firstlineno}) must return a number to be "
                            "differentiated, but it may return None (or a non-number): is a 'return' missing on "
                            "some path?")
-    act = activity(fn, kinds, wrt, registry.is_nondifferentiable)
+    act = activity(fn, kinds, wrt, lambda f: registry.is_nondifferentiable(f) or is_tuple_call(f))
     dom = dominators(fn)
     loops = natural_loops(fn, dom)
     defblock = {}

@@ -62,6 +62,9 @@ class ARule:
         self.back = back
         self.broadcast = broadcast
         self.kw_ok = kw_ok
+        # fwd(c, i): the tangent from operand i's tangent ``c.dy``, for forward mode of
+        # functions that are neither elementwise, linear nor reductions (rules/linalg.py)
+        self.fwd: Optional[Callable[[Ctx, int], str]] = None
 
 
 ARRAY_RULES: Dict[Any, ARule] = {}
@@ -421,8 +424,9 @@ def rule_for(fn: Any) -> Optional[ARule]:
     extra = numpy_extra.rule_for(fn)      # statistics, sorting, shapes; keepdims=
     if extra is not None:
         return extra
+    from .linalg import LINALG_RULES
     try:
-        got = ARRAY_RULES.get(fn)
+        got = LINALG_RULES.get(fn) or ARRAY_RULES.get(fn)
     except TypeError:
         return None
     if got is None:
@@ -543,8 +547,11 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
                 result_kind: Optional[str] = None) -> Optional[str]:
     """Source of ``fn(*args, **kwargs)`` where numba needs another spelling; else None.
     ``kwargs`` maps names to (rendered, constant value or _NOCONST)."""
-    from . import special
+    from . import special, linalg
     sp = special.primal_call(fn, args, kinds, kwargs)
+    if sp is not None:
+        return sp
+    sp = linalg.primal_call(fn, args, kinds, kwargs)
     if sp is not None:
         return sp
     from .numpy_extra import primal_call as extra_call
@@ -610,9 +617,10 @@ _HELPERS: Dict[Any, Dict[str, Any]] = {}
 def helpers(target: str) -> Dict[str, Any]:
     """Name -> helper object for generated code on ``target``."""
     from ..numerics import njit, options_tag
+    from . import linalg
     key = (target, options_tag(target))
     if key in _HELPERS:
-        return _HELPERS[key]
+        return {**_HELPERS[key], **linalg.helpers(target)}
     ns: Dict[str, Any] = {"np": np}
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
@@ -648,7 +656,7 @@ def helpers(target: str) -> Dict[str, Any]:
     out.update(special.helpers(target, njit))
     out.update(extra)
     _HELPERS[key] = out
-    return out
+    return {**out, **linalg.helpers(target)}
 
 
 def _src_of(fn) -> str:

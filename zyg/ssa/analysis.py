@@ -18,8 +18,13 @@ from .ir import Branch, Const, Function, Jump, Return, Undef, Var
 _NUMERIC = ["bool", "int", "float", "complex"]
 _SAMPLES = {
     "bool": [True, False], "int": [1, 2, 3], "float": [0.5, 1.5, 2.5, -0.5],
-    "complex": [0.5 + 0.25j, 1.5 - 0.5j], "none": [None], "dtype": [np.float64],
+    "complex": [0.5 + 0.25j, 1.5 - 0.5j], "none": [None], "dtype": [np.float64], "str": [""],
 }
+
+# fn -> kind_of(kinds, consts) for functions that samples cannot type (np.linalg.cholesky
+# needs a positive definite matrix, np.einsum a constant subscript string); filled by the
+# rule modules (zyg/rules/linalg.py); None from a hook: fall back to samples
+KIND_HOOKS: Dict[Any, Any] = {}
 
 
 def kind_of_value(v: Any) -> str:
@@ -36,6 +41,8 @@ def kind_of_value(v: Any) -> str:
         return "float"
     if isinstance(v, (complex, np.complexfloating)):
         return "complex"
+    if isinstance(v, str):
+        return "str"
     if v is None:
         return "none"
     if isinstance(v, type) and issubclass(v, np.number) or isinstance(v, np.dtype):
@@ -170,6 +177,14 @@ def _structural_kind(fn: Any, kinds, consts) -> Any:
     from .prims import Attr, GetItem, Prim, SetItem
     if isinstance(fn, SetItem):
         return "none"
+    try:
+        hook = KIND_HOOKS.get(getattr(fn, "py_func", fn))
+    except TypeError:
+        hook = None
+    if hook is not None:
+        k = hook(kinds, consts)
+        if k is not None:
+            return k
     own = getattr(fn, "_zyg_kind", None)        # checkpointed loops (rules/higher.py)
     if own is not None:
         return own(kinds)

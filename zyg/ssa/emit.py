@@ -112,4 +112,11 @@ def const_src(c: Const, ns: Namespace) -> str:
         return f"({text})" if text.startswith("-") or isinstance(v, complex) else text
     if isinstance(v, bool) or v is None:
         return repr(v)
+    if isinstance(v, str) or _int_tuple(v):
+        return repr(v)      # literals: np.einsum's subscripts, np.tensordot's axes
     return ns.ref(v, "const")
+
+
+def _int_tuple(v: Any) -> bool:
+    return isinstance(v, tuple) and type(v) is tuple and \
+        all(type(x) is int or _int_tuple(x) for x in v)

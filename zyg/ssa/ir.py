@@ -118,10 +118,14 @@ def callee_name(fn: Any) -> str:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     if mod in ("_operator", "operator"):
         mod = "operator"
+    elif mod == "numpy.linalg" or mod.startswith("numpy.linalg."):
+        mod = "np.linalg"       # not np.solve: that name does not exist
     elif mod == "numpy" or mod.startswith("numpy."):
         mod = "np"
     elif mod == "builtins":
         return name
+    elif "._" in mod:
+        mod = mod[:mod.index("._")]     # scipy.linalg, not scipy.linalg._basic
     return f"{mod}.{name}" if mod else name
 
 

@@ -110,6 +110,28 @@ def unwrap(fn: Any) -> Any:
     return fn
 
 
+
+def _call_const(node) -> Optional[Const]:
+    """A literal string or list of integers (nested lists and tuples of them) passed to a
+    call, as a constant (lists become tuples): ``np.einsum('ij,j->i', a, x)``,
+    ``np.linalg.norm(a, 'fro')``, ``np.tensordot(a, b, axes=([1], [0]))``; None for
+    anything else."""
+    if isinstance(node, gast.Constant) and isinstance(node.value, str):
+        return Const(node.value)
+    def value(n):
+        if isinstance(n, gast.Constant) and type(n.value) is int:
+            return n.value
+        if isinstance(n, (gast.List, gast.Tuple)):
+            vals = [value(e) for e in n.elts]
+            return None if any(v is None for v in vals) else tuple(vals)
+        return None
+    def has_list(n):
+        return isinstance(n, gast.List) or isinstance(n, gast.Tuple) and any(map(has_list, n.elts))
+    if not has_list(node):      # tuples of numbers are lowered as tuples
+        return None
+    v = value(node)
+    return None if v is None else Const(v)
+
 class _Source:
     """The parsed source of a function, with the offsets mapping it to the file."""
 
@@ -1397,8 +1419,8 @@ class Lowerer:
                 raise self.unsupported(a, "'*' unpacking in calls is not supported")
         if any(k.arg is None for k in node.keywords):
             raise self.unsupported(node, "'**' unpacking in calls is not supported")
-        args = [self.expr(a) for a in node.args]
-        kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+        args = [_call_const(a) or self.expr(a) for a in node.args]
+        kwargs = {k.arg: _call_const(k.value) or self.expr(k.value) for k in node.keywords}
         if fn is np.average:
             # weights= may be differentiated: an operand (keyword operands must be constants)
             names = ("a", "axis", "weights")
