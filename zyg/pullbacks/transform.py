@@ -108,23 +108,6 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
     return out
 
 
-def _array_index(e, kinds: Dict[int, str]) -> Optional[str]:
-    """``'an integer array'`` or ``'a boolean array'`` when an integer position of the index
-    ``e`` (a GetItem call) is an array, else None."""
-    k = 0
-    for s in e.fn.spec:
-        if s == "i":
-            a = e.args[1 + k]
-            ka = kinds.get(a.id, "undef") if isinstance(a, Var) else "int"
-            if is_array(ka):
-                from ..ssa.analysis import array_dtype
-                return "a boolean array" if array_dtype(ka) == "bool" else "an integer array"
-            k += 1
-        elif s == "s":
-            k += 3
-    return None
-
-
 def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
     """Report indexing and attributes of values that do not have them, at the user's line."""
     from ..errors import TypeMismatch
@@ -155,12 +138,6 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
                     raise bad(st, f"'.{e.fn.attr}' of a {k} value: only arrays have it")
                 continue
             if is_array(k):
-                if isinstance(e.fn, GetItem) and _array_index(e, kinds) is not None:
-                    # the kind rules count an index array as one integer: the result's
-                    # kind, and with it the gradient, would be silently wrong
-                    raise bad(st, f"indexing an array with {_array_index(e, kinds)} "
-                                  "(fancy or boolean-mask indexing) is not supported here",
-                              "index with integers and slices in a loop")
                 continue
             if is_tuple(k) and isinstance(e.fn, GetItem) and e.fn.spec == ("i",) and \
                     isinstance(e.args[1], Const):
