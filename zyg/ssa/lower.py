@@ -28,7 +28,7 @@ import gast
 from ..errors import UnsupportedSyntax
 from .captured import _MISSING, Reads, Slot, is_stable_module
 from .ir import Block, Branch, Call, Const, Function, Jump, Loc, Operand, Return, Stmt, Undef, Var
-from .prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Recursive, Replace, SetItem, Stacked,
+from .prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Recursive, Replace, SetItem, Stacked, STACKED_FNS,
                     is_namedtuple_class)
 
 import numpy as np
@@ -1405,7 +1405,7 @@ class Lowerer:
             raise self.unsupported(node.func, *local_call(node))
         if fn is np.array or fn is np.asarray:
             return self.array_literal(fn, node, hint)
-        if fn in (np.concatenate, np.stack, np.vstack, np.hstack, np.column_stack):
+        if fn in STACKED_FNS:
             if not node.args or not isinstance(node.args[0], (gast.List, gast.Tuple)):
                 raise self.unsupported(node, f"np.{fn.__name__}() is supported on a literal tuple of arrays",
                                        f"np.{fn.__name__}((a, b))")

@@ -163,6 +163,10 @@ class ArrayOf(Prim):
         return np.array([*xs])
 
 
+# the joins zyg lowers to a Stacked call (their arrays are separate operands)
+STACKED_FNS = (np.concatenate, np.stack, np.vstack, np.hstack, np.column_stack)
+
+
 class Stacked(Prim):
     """``np.concatenate((a, b, ...), axis)`` / ``np.stack((a, b, ...), axis)``: the
     arrays are separate operands (zyg has no tuple-of-arrays values)."""
