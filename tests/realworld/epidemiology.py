@@ -131,9 +131,7 @@ CASES = [
     Case(seir_rk4_peak, _seir_args, (0, 1, 2, 3)),
     Case(renewal_poisson_nll, _renewal_args, (0, 1)),
     Case(logistic_growth_nll, _logistic_args, (0, 1, 2, 4)),
-    Case(sir_vaccination, _vacc_args, (0, 1),
-         needs='needs dict arguments as pytrees and raise (Python helper)'),
+    Case(sir_vaccination, _vacc_args, (0, 1)),
     Case(reporting_delay_nll, lambda: (0.2, np.array([3, 5, 4, 8, 9, 12, 15, 14, 21, 25]),
-                                       np.array([0.3, 0.45, 0.25])), 0,
-         needs='needs x.astype (shapes helper)'),
+                                       np.array([0.3, 0.45, 0.25])), 0),
 ]

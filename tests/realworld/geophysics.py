@@ -137,7 +137,6 @@ CASES = [
     Case(gravity_misfit, _grav_args, (0, 1, 3)),
     Case(wave1d_receiver_energy, _wave_args, (0, 1)),
     Case(mt1d_rho_app, _mt_args, (0, 1)),
-    Case(moveout_semblance, _nmo_args, (0, 1, 3),
-         needs='needs np.interp (reductions helper)'),
+    Case(moveout_semblance, _nmo_args, (0, 1, 3)),
     Case(vs_anomaly_misfit, lambda: (np.array([1.0, -2.0, 0.5, 3.0]), 38.0), (0, 1)),
 ]

@@ -151,11 +151,9 @@ CASES = [
     Case(degree_day_snow, _snow_args, (0, 1, 2, 3)),
     Case(muskingum_nse, _musk_args, (0, 1, 2)),
     Case(green_ampt_depth, _ga_args, (0, 1, 2, 3)),
-    Case(bucket_model, _bucket_args, (0, 1),
-         needs='needs dict arguments as pytrees (Python helper)'),
+    Case(bucket_model, _bucket_args, (0, 1)),
     Case(thornthwaite_pet, lambda: (np.array([-2.0, 1.5, 6.0, 11.0, 15.5, 19.0, 21.0, 20.0, 16.0,
                                               10.0, 4.0, -1.0]),
                                     np.array([9.0, 10.2, 11.8, 13.4, 14.8, 15.6, 15.2, 14.0, 12.4,
-                                              10.8, 9.4, 8.6])), (0, 1),
-         needs='needs generator expressions in sum() (Python helper)'),
+                                              10.8, 9.4, 8.6])), (0, 1)),
 ]

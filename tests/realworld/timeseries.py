@@ -141,15 +141,11 @@ def _rz_args():
 
 
 CASES = [
-    Case(garch11_nll, _garch_args, (0, 1, 2, 3),
-         needs='needs np.var (reductions helper)'),
+    Case(garch11_nll, _garch_args, (0, 1, 2, 3)),
     Case(ar_css, _ar_args, (0, 1, 2)),
     Case(holt_winters_sse, _hw_args, (0, 1, 2, 3)),
     Case(local_level_loglik, _ll_args, (0, 1, 2)),
-    Case(arima110_css, _arima_args, (0, 1),
-         needs='needs np.diff (reductions helper)'),
-    Case(rolling_zscore_loss, _rz_args, 0,
-         needs='needs the array method x.std() (reductions helper)'),
-    Case(ses_sse, lambda: (np.cumsum(_rng().normal(0.0, 1.0, 15)), 0.45), (0, 1),
-         needs='needs default arguments and `is None` (Python helper)'),
+    Case(arima110_css, _arima_args, (0, 1)),
+    Case(rolling_zscore_loss, _rz_args, 0),
+    Case(ses_sse, lambda: (np.cumsum(_rng().normal(0.0, 1.0, 15)), 0.45), (0, 1)),
 ]
