@@ -154,8 +154,9 @@ def _entries() -> Dict[Any, _Entry]:
     for k in nondiff:
         fn = k
         from ..ssa.ir import callee_name
-        if callee_name(fn).startswith("zyg.") and not callee_name(fn).startswith("zyg.api."):
-            continue    # raisers and None tests zyg generates for itself
+        if callee_name(fn).startswith("zyg.") and not callee_name(fn).startswith("zyg.api.") or \
+                hasattr(fn, "_zyg_kind"):
+            continue    # raisers, print calls and None tests zyg generates for itself
         e = entry(fn)
         e.scalar = e.array = "no gradient"
     for fn in arrays.NONDIFF_ARRAY:
