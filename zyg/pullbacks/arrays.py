@@ -202,12 +202,8 @@ class ArrayMixin:
         consts = [a.value if isinstance(a, Const) and not isinstance(a, Undef) else arules._NOCONST
                   for a in e.args]
         kwc = {k: v.value for k, v in e.kwargs.items() if isinstance(v, Const)}
-        c = arules.Ctx(x, y, dy, kinds, consts, list(e.kwargs), {k: self.src(v) for k, v in e.kwargs.items()},
-                       {k: self.kind(v) for k, v in e.kwargs.items()}, kwc)
-        # the fused gradient leaves out elementwise zero-cotangent tests (docs/numerics.md)
-        c.zero_guard = self.zero_guards
-        c.skipped = self.skipped_guards
-        return c
+        return arules.Ctx(x, y, dy, kinds, consts, list(e.kwargs), {k: self.src(v) for k, v in e.kwargs.items()},
+                          {k: self.kind(v) for k, v in e.kwargs.items()}, kwc)
 
     def prepare_array_stmt(self, blk, st: Stmt) -> None:
         e = st.expr

@@ -237,7 +237,6 @@ class Emitter(ArrayMixin, StructuredMixin):
         # they cost most; the fused gradient then checks its outputs for nan instead
         self.zero_guards = True
         self.loop_guards = 0
-        self.skipped_guards: List[int] = []     # elementwise tests left out (rules/arrays.py)
         self._find_counted_loops()
         self._find_simple_loops()
         self._prepare()
@@ -1387,7 +1386,7 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True, zero_guards: bool =
 def _nan_check(em: "Emitter", code: Code, outs: List[str]) -> bool:
     """When zero-cotangent tests were left out (``em.zero_guards`` False), raise
     ZeroCotangentRetry if a gradient in ``outs`` holds a nan."""
-    if em.zero_guards or not (em.loop_guards or em.skipped_guards):
+    if em.zero_guards or not em.loop_guards:
         return False
     from ..numerics import ZeroCotangentRetry
     em.ns.ns["_ZygRetry"] = ZeroCotangentRetry

@@ -101,15 +101,10 @@ def _no_complex(name: str) -> "_RuleError":
     return _RuleError(f"{name} has no complex rule in zyg (see docs/complex.md)")
 
 
-def _times(c: "Ctx", partial: str) -> str:
+def _times(dy: str, partial: str) -> str:
     """``dy * partial`` elementwise, exactly zero where ``dy`` is zero (even where the
-    partial is inf or nan: a value that does not reach the output contributes nothing).
-    Without the test where the context says so (the fused gradient, which checks its
-    results for nan instead: docs/numerics.md); ``c.skipped`` then counts it."""
-    if not getattr(c, "zero_guard", True):
-        c.skipped.append(1)
-        return f"({c.dy} * {partial})"
-    return f"np.where({c.dy} != 0, {c.dy} * {partial}, 0.0)"
+    partial is inf or nan: a value that does not reach the output contributes nothing)."""
+    return f"np.where({dy} != 0, {dy} * {partial}, 0.0)"
 
 
 def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function",
@@ -121,8 +116,8 @@ def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function"
             if cderiv is None:
                 raise _no_complex(name)
             d = _subst(cderiv, {'x': c.x[0], 'y': c.y})
-            return _times(c, f"np.conj({d})" if conj else f"({d})")
-        return _times(c, f"({_subst(deriv, {'x': c.x[0], 'y': c.y})})")
+            return _times(c.dy, f"np.conj({d})" if conj else f"({d})")
+        return _times(c.dy, f"({_subst(deriv, {'x': c.x[0], 'y': c.y})})")
     return ARule(back)
 
 
@@ -142,7 +137,7 @@ def _binary(da: Optional[str], db: Optional[str], cplx: Optional[tuple] = None,
         if d.strip() == "-1.0":
             return f"-{c.dy}"
         text = _subst(d, {'a': c.x[0], 'b': c.x[1], 'y': c.y})
-        return _times(c, f"np.conj({text})" if c.cplx else f"({text})")
+        return _times(c.dy, f"np.conj({text})" if c.cplx else f"({text})")
     return ARule(back, broadcast=True)
 
 
