@@ -558,6 +558,38 @@ def test_late_active_locals(sc):
 
 
 @st.composite
+def loop_exits(draw):
+    """Arrays and numbers carried by a loop that ``break`` or ``return`` leaves at a drawn
+    iteration (or never), possibly inside an outer loop: every iteration before the exit
+    keeps its share of the gradient (an array's cotangent was once zeroed after the
+    inlined latch adjoint added into it: tests/test_loop_exits.py)."""
+    stop = draw(st.integers(0, N))
+    nested = draw(st.booleans())
+    ind = "    " if nested else ""
+    body = ["h = w * 0.5", "s = x"]
+    if nested:
+        body.append("for j in range(2):")
+    body.append(f"{ind}for i in range({N}):")
+    body.append(f"{ind}    if i >= {'j + ' if nested and draw(st.booleans()) else ''}{stop}:")
+    if draw(st.booleans()):
+        body.append(f"{ind}        break")
+    else:
+        body.append(f"{ind}        return np.sum(h * {vexpr(draw, ['h', 'w'], ['x'], 1)}) + s")
+    body.append(f"{ind}    h = {vexpr(draw, ['h', 'w'], ['x', 'w[i]', 's'])}")
+    if draw(st.booleans()):
+        body.append(f"{ind}    s = s + {sexpr(draw, ['w[i]', 'x', 'h[i]'], 1)}")
+    body.append(f"return np.sum(h * {vexpr(draw, ['h', 'w'], ['x'], 1)}) + s")
+    src = "def f(w, x):\n" + "\n".join("    " + b for b in body) + "\n"
+    return Scenario(src, [("call", "f", False)], std_args(draw), (0, 1))
+
+
+@_settings(15)
+@given(with_targets(loop_exits()))
+def test_loop_exits(sc):
+    run(sc)
+
+
+@st.composite
 def reads_before_writes(draw):
     """Values read from an array (the argument itself, a copy, a view) and the array then
     overwritten, in loops: the read value must be the one before the write."""
