@@ -1121,9 +1121,12 @@ class Emitter(ArrayMixin, StructuredMixin):
                     if h2 == h:
                         code.put(i2, ChainStart(ini, f"_cur{P.id}", _emul_int(step, f'_n{h}')))
                         code.put(i2, ChainNext(f"_cur{P.id}", ini))
+            # the parameters' array cotangents were handed to the edge: zero them before
+            # anything can add into them again (the predecessor's adjoint, inlined or
+            # continued here, may use the parameter: a loop left by ``break``)
+            for z in zero_after:
+                code.add(i2, z)
             if cont is not None:
-                for z in zero_after:
-                    code.add(i2, z)
                 cont(pred, i2)
                 self._adj_blk = blk.id
                 if i2 != ind and len(code) == n0:
@@ -1142,10 +1145,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             zero_after = []
 
         def finish():
-            if cont is not None:
-                return          # done by to_pred, before the continuation
-            for z in zero_after:
-                code.add(ind, z)
+            pass                # the zeroing is done by to_pred, on every edge
         if only is not None:
             to_pred(only, ind)
             finish()
