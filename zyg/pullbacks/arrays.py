@@ -331,6 +331,8 @@ class ArrayMixin:
         if self.mask_helper(spec, ops):
             from .fancy import mask_get_src
             return mask_get_src(base_txt, ops_txt[0])
+        if tuple(spec) == ("e",):
+            return base_txt     # x[...] is all of x (numba cannot read x[...])
         return f"{base_txt}[{self.index_text(spec, base, ops, ops_txt)}]"
 
     def set_src(self, spec, base, ops, base_txt: str, ops_txt: List[str], val: str, val_is_array: bool) -> str:

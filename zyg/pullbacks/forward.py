@@ -40,7 +40,8 @@ STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward.
 
 # numpy functions linear in their first (array) operand: the tangent is the same call
 _LINEAR = {np.sum, np.mean, np.transpose, np.reshape, np.ravel, np.copy, np.cumsum, np.real,
-           np.imag, np.conj, np.conjugate, np.squeeze, np.expand_dims, np.flip, np.diag, np.trace}
+           np.imag, np.conj, np.conjugate, np.squeeze, np.expand_dims, np.flip, np.diag, np.trace,
+           np.ascontiguousarray}
 # bilinear in their two operands: the product rule
 _BILINEAR = {np.dot, np.matmul, operator.matmul, np.inner, np.outer, np.cross, np.kron}
 # linear in all their float operands jointly (the others are shapes and counts)
@@ -113,6 +114,8 @@ class Forward:
         if isinstance(fn, (Checkpointed, Recursive)):
             raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
         if isinstance(fn, GetItem):
+            if tuple(fn.spec) == ("e",):
+                return args[0]      # x[...] is all of x (numba cannot read x[...])
             return f"{args[0]}[{index_src(fn.spec, args[1:])}]"
         if isinstance(fn, Attr):
             return f"{args[0]}.{fn.attr}"

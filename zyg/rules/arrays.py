@@ -123,8 +123,59 @@ def _no_complex(name: str) -> "_RuleError":
 
 def _times(dy: str, partial: str) -> str:
     """``dy * partial`` elementwise, exactly zero where ``dy`` is zero (even where the
-    partial is inf or nan: a value that does not reach the output contributes nothing)."""
-    return f"np.where({dy} != 0, {dy} * {partial}, 0.0)"
+    partial is inf or nan: a value that does not reach the output contributes nothing).
+    One pass (a numba ufunc on cpu): ``np.where`` cost two more temporaries per operation."""
+    return f"_zyg_mulnz({dy}, {partial})"
+
+
+def _mulnz_kernel(dy, p):
+    return dy * p if dy != 0 else 0.0        # exactly np.where(dy != 0, dy * p, 0.0)
+
+
+def _mulnz_py(dy, p):
+    """``mulnz(dy, p)``: ``dy * p``, exactly zero where ``dy`` is zero (the python target's
+    form of the helper ``_zyg_mulnz`` that :func:`_times` emits)."""
+    return np.where(dy != 0, dy * p, 0.0)
+
+
+_MULNZ: Dict[str, Any] = {}
+
+
+def mulnz_for(target: str) -> Any:
+    """The object the name ``_zyg_mulnz`` holds in code generated for ``target``: one per
+    target for the whole process (a numba ufunc on cpu), so that every generated module
+    refers to the same object and its fingerprint (the disk cache key) stays the same."""
+    got = _MULNZ.get(target)
+    if got is None:
+        if target == "python":
+            got = _mulnz_py
+        else:
+            import numba
+            got = numba.vectorize(nopython=True)(_mulnz_kernel)
+        got = _MULNZ.setdefault(target, got)
+    return got
+
+
+def is_mulnz(fn: Any) -> bool:
+    """Is ``fn`` the helper ``_zyg_mulnz`` of some target (met when zyg differentiates the
+    code it generated: ``zyg.hessian``, ``grad`` of ``grad``, ``jvp`` of a gradient)?"""
+    return any(fn is h for h in _MULNZ.values()) or fn is _mulnz_py
+
+
+def _mulnz_back(c: Ctx, i: int) -> str:
+    """The reverse rule of ``y = mulnz(a, b)``: ``da = mulnz(dy, b)``, ``db = mulnz(dy, a)``
+    (``b`` does not reach ``y`` where ``a`` is zero, and then ``dy * a`` is zero); zero
+    wherever the cotangent ``dy`` is zero, as in every elementwise rule."""
+    other = c.x[1 - i]
+    return _times(c.dy, f"np.conj({other})" if c.cplx else other)
+
+
+def _mulnz_fwd(c: Ctx, i: int) -> str:
+    """The tangent ``mulnz(ta, b) + mulnz(a, tb)``, term ``i``: a zero ``a`` (a zero
+    cotangent of the gradient being differentiated) makes the second term exactly zero
+    even where the tangent of the partial ``b`` is inf or nan."""
+    a, b = c.x
+    return _times(c.dy, b) if i == 0 else _times(a, c.dy)
 
 
 def _unary(deriv: str, cderiv: Optional[str] = None, name: str = "this function",
@@ -198,6 +249,17 @@ ARRAY_RULES[np.angle] = ARule(lambda c, i: (f"{c.dy} * (1j * {c.x[0]} / (np.abs(
                                             if c.cplx else f"0.0 * {c.dy}"))
 ARRAY_RULES[np.copy] = ARule(lambda c, i: c.dy)
 ARRAY_RULES[np.ravel] = ARule(lambda c, i: f"np.reshape({c.dy}, {c.x[0]}.shape)")
+# the helper of generated code (not in ARRAY_RULES: it is no numpy function users call,
+# and the rule table in docs/subset.md lists those only); found by rule_for
+_MULNZ_RULE = ARule(_mulnz_back, broadcast=True)
+_MULNZ_RULE.fwd = _mulnz_fwd
+# reduce_like(e, t) (the pure form of ``t += e`` summed over broadcast axes, in generated
+# code differentiated again) is linear in e; t gives the shape only
+_REDUCE_LIKE_RULE = ARule(lambda c, i: f"{c.dy} + np.zeros_like({c.x[0]})" if i == 0 else None)
+# np.ascontiguousarray: the array rules emit it (the transposed operand of a matrix
+# product), so nested derivatives meet it; a copy (not in ARRAY_RULES, which every entry
+# of needs a sample in tests/test_array_rules.py: tests/test_mulnz.py checks it)
+_COPY_RULE = ARule(lambda c, i: c.dy)
 
 
 # --- reductions ----------------------------------------------------------------------------
@@ -532,6 +594,10 @@ def base_primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[st
     ax = None
     if "axis" in kwargs:
         ax = kwargs["axis"][1]
+    if is_mulnz(fn) and len(args) == 2 and not kwargs:
+        # by name: the target's own helper (the python form appears in the gradient source
+        # that zyg.hessian and nested grads differentiate, whatever their target)
+        return f"_zyg_mulnz({args[0]}, {args[1]})"
     if fn is builtins.abs and kinds and is_array(kinds[0]):
         return f"np.abs({args[0]})"
     if fn in (np.dot, np.matmul, np.inner) and len(args) == 2 and not kwargs:
@@ -616,6 +682,7 @@ def base_helpers(target: str) -> Dict[str, Any]:
             if k not in jit:
                 jit[k] = njit(v)
         out = jit
+    out["_zyg_mulnz"] = mulnz_for(target)
     _HELPERS[key] = out
     return out
 

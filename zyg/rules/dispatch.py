@@ -12,17 +12,24 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..ssa import hooks
 from ..ssa.ir import Const
 from ..ssa.prims import ArrayOf, Stacked
 from . import linalg, numpy_extra, special
-from .arrays import _AXIS_FNS, _NOCONST, ARRAY_RULES, ARule, _array_of, _stacked, base_helpers, \
-    base_primal_call
+from .arrays import _AXIS_FNS, _COPY_RULE, _MULNZ_RULE, _NOCONST, _REDUCE_LIKE_RULE, ARRAY_RULES, \
+    ARule, _array_of, _stacked, base_helpers, base_primal_call, is_mulnz
 
 
 def rule_for(fn: Any) -> Optional[ARule]:
     """The array rule of ``fn``, or None."""
     if isinstance(fn, ArrayOf):
         return ARule(_array_of)
+    if is_mulnz(fn):
+        return _MULNZ_RULE
+    if getattr(fn, "py_func", fn) is hooks.PRIMS.get("reduce_like"):
+        return _REDUCE_LIKE_RULE
+    if fn is np.ascontiguousarray:
+        return _COPY_RULE
     if isinstance(fn, Stacked):
         if fn.fn in (np.vstack, np.hstack, np.column_stack):
             return numpy_extra.stacked_rule(fn.fn)
