@@ -102,6 +102,13 @@ class ListPush(Prim):
     name = "list.append"
     accepts_undef = True      # the buffer of an empty list: the result kind comes from v
 
+    def __init__(self, unbounded: bool = False, list_name: str = "out"):
+        self.unbounded = unbounded      # inside a while loop: no length known in advance
+        self.list_name = list_name
+
+    def _key(self):
+        return (self.unbounded, self.list_name)
+
     def __call__(self, buf, n, v, cap, old):
         if buf is None or np.shape(buf)[0] == 0:
             return list_push_first(n, v, cap, np.zeros(1, np.result_type(v)))
@@ -137,6 +144,18 @@ class ListPush(Prim):
 
     def array_rule(self, em, st, active_ops: List[int]):
         from ..rules import arrays as arules
+        if self.unbounded:
+            # the buffer would grow between iterations, and a differentiated array keeps
+            # one shape per line in a loop (docs/arrays.md)
+            from ..errors import UnsupportedSyntax
+            loc = st.loc
+            n = self.list_name
+            raise UnsupportedSyntax(
+                f"the list {n!r} is appended to in a 'while' loop and differentiated; zyg needs "
+                "a bound on its length before the loop",
+                loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                f"loop over range(max_iter) with a 'break' instead of 'while', or preallocate an "
+                f"array: {n} = np.zeros(max_iter); {n}[k] = v")
         back_buf = em.ns.ref(list_back_buf, "_zyg_list_back_buf")
         back_elem = em.ns.ref(list_back_elem, "_zyg_list_back_elem")
 
@@ -232,15 +251,17 @@ def push(low, name: str, value: Operand, node) -> None:
     # room for every push the enclosing counted loops can still make (a bound: pushes under
     # an 'if' or before a 'break' make fewer)
     cap: Operand = Const(1)
+    unbounded = False
     for lp in low.loops[depth:]:
         trip = getattr(lp, "trip", None)
         if trip is None:
-            break       # a while loop: no bound; the buffer grows by doubling
+            unbounded = True    # a while loop: no bound; the buffer grows by doubling
+            break
         t = low.emit(trip_count, list(trip), node)
         cap = t if isinstance(cap, Const) and cap.value == 1 else low.emit(operator.mul, [cap, t], node)
     cap = low.emit(operator.add, [n, cap], node) if not (isinstance(n, Const) and n.value == 0) else cap
     old = Const(0) if isinstance(buf, Undef) else low.emit(builtins.len, [buf], node)
-    new = low.emit(ListPush(), [buf, n, value, cap, old], node, name)
+    new = low.emit(ListPush(unbounded, name), [buf, n, value, cap, old], node, name)
     low.write(name, low.cur, new)
     low.write(name + ".n", low.cur, low.emit(operator.add, [n, Const(1)], node))
 
