@@ -102,12 +102,13 @@ class ListPush(Prim):
     name = "list.append"
     accepts_undef = True      # the buffer of an empty list: the result kind comes from v
 
-    def __init__(self, unbounded: bool = False, list_name: str = "out"):
+    def __init__(self, unbounded: bool = False, list_name: str = "out", exits: bool = False):
         self.unbounded = unbounded      # inside a while loop: no length known in advance
         self.list_name = list_name
+        self.exits = exits              # inside a loop that a break or return leaves
 
     def _key(self):
-        return (self.unbounded, self.list_name)
+        return (self.unbounded, self.list_name, self.exits)
 
     def __call__(self, buf, n, v, cap, old):
         if buf is None or np.shape(buf)[0] == 0:
@@ -126,7 +127,8 @@ class ListPush(Prim):
     def primal_src(self, em, st, args: List[str]) -> str:
         buf = st.expr.args[0]
         k = em.kind(st.var)
-        if k == "object" or not is_array(k):
+        kb = em.kind(buf) if isinstance(buf, Var) else k
+        if k == "object" or not is_array(k) or kb != k:
             from ..errors import UnsupportedSyntax
             loc = st.loc
             raise UnsupportedSyntax(
@@ -144,6 +146,18 @@ class ListPush(Prim):
 
     def array_rule(self, em, st, active_ops: List[int]):
         from ..rules import arrays as arules
+        if self.exits:
+            # an array carried by a loop that 'break' leaves loses its cotangent on the
+            # way back (a transform bug of loop-carried arrays, reported with this module);
+            # refuse rather than give a wrong gradient
+            from ..errors import UnsupportedSyntax
+            loc = st.loc
+            raise UnsupportedSyntax(
+                f"the list {self.list_name!r} is appended to in a loop left by 'break' or "
+                "'return', and differentiated; zyg cannot differentiate that yet",
+                loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                "skip the remaining iterations with 'if' instead of 'break', or fill a "
+                "preallocated array")
         if self.unbounded:
             # the buffer would grow between iterations, and a differentiated array keeps
             # one shape per line in a loop (docs/arrays.md)
@@ -252,6 +266,8 @@ def push(low, name: str, value: Operand, node) -> None:
     # an 'if' or before a 'break' make fewer)
     cap: Operand = Const(1)
     unbounded = False
+    exits = any(isinstance(s, (gast.Break, gast.Return)) for lp in low.loops[depth:]
+                if getattr(lp, "node", None) is not None for s in gast.walk(lp.node))
     for lp in low.loops[depth:]:
         trip = getattr(lp, "trip", None)
         if trip is None:
@@ -261,7 +277,7 @@ def push(low, name: str, value: Operand, node) -> None:
         cap = t if isinstance(cap, Const) and cap.value == 1 else low.emit(operator.mul, [cap, t], node)
     cap = low.emit(operator.add, [n, cap], node) if not (isinstance(n, Const) and n.value == 0) else cap
     old = Const(0) if isinstance(buf, Undef) else low.emit(builtins.len, [buf], node)
-    new = low.emit(ListPush(unbounded, name), [buf, n, value, cap, old], node, name)
+    new = low.emit(ListPush(unbounded, name, exits), [buf, n, value, cap, old], node, name)
     low.write(name, low.cur, new)
     low.write(name + ".n", low.cur, low.emit(operator.add, [n, Const(1)], node))
 

@@ -875,6 +875,7 @@ class Lowerer:
         bind(self.read(counter, body), body)
         self.loops.append(_Loop(latch, exit))
         self.loops[-1].trip = (start, stop, step)   # bounds the lists it appends to (lists.py)
+        self.loops[-1].node = st
         self.stmts(st.body)
         self.loops.pop()
         if self.cur is not None:
