@@ -11,7 +11,7 @@ transformation, compiled to native code with numba.
     >>> round(f(0.5), 6)
     0.580683
 """
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 from .errors import (ZygError, UnsupportedSyntax, NoAdjoint, CompileError,  # noqa: F401
                      TypeMismatch, AliasedArguments, ModifiedAfterPullback, ShapeChanged)

@@ -18,7 +18,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from . import __version__, numerics
+from . import numerics
+from .version import __version__
 from .errors import CompileError
 from .ssa.emit import Code
 

@@ -49,8 +49,8 @@ def set_boundscheck(on: Optional[bool]) -> None:
     old = boundscheck()
     _BOUNDSCHECK = None if on is None else bool(on)
     if boundscheck() != old:
-        from .api import reset_caches
-        reset_caches()
+        from .caches import invalidate
+        invalidate()
 
 
 def numba_options() -> Dict[str, Any]:

@@ -28,25 +28,28 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import AliasedArguments, ModifiedAfterPullback
-from .pullbacks import recursion
+from .pullbacks import records as recursion
+from .rules.higher import Checkpointed
 from .ssa.analysis import is_array
+from .ssa.build import ssa_of
 from .ssa.ir import Var
+from .ssa.prims import InPlace, Recursive, SetItem
 
 
 def _calls_that_may_write(p) -> List[Tuple[Any, List[Any]]]:
     """(call, operands it may write) for the calls in ``p.fn`` that run user code opaquely:
     recursive calls and ``zyg.checkpoint`` blocks (their writes are not in ``p.fn``)."""
-    from .ssa.prims import Recursive
-    from .rules.higher import Checkpointed, CkLoop, CkPart
     out = []
     for blk in p.fn.iter_blocks():
         for st in blk.stmts:
             fn = st.expr.fn
-            if isinstance(fn, CkPart):
-                continue
-            if isinstance(fn, CkLoop):
-                # a checkpointed loop writes its carried arrays only
-                out.append((fn, list(st.expr.args[3:3 + fn.fn.n])))
+            written = getattr(fn, "written_operands", None)
+            if written is not None:
+                # a primitive that knows what it writes (a checkpointed loop: its carried
+                # arrays only; the read-out of a carried value: nothing)
+                ops = written(st.expr.args)
+                if ops is not None:
+                    out.append((fn, ops))
             elif isinstance(fn, (Recursive, Checkpointed)) and _may_write(fn.fn, set()):
                 out.append((fn, list(st.expr.args)))
     return out
@@ -55,13 +58,10 @@ def _calls_that_may_write(p) -> List[Tuple[Any, List[Any]]]:
 def _may_write(fn: Any, seen: set) -> bool:
     """Whether ``fn`` (a user function run by a recursive call or a checkpoint) writes into
     any array, itself or through the functions it calls (conservative: True when unsure)."""
-    from .ssa.prims import InPlace, Recursive, SetItem
-    from .rules.higher import Checkpointed
     if fn in seen:
         return False
     seen.add(fn)
     try:
-        from .api import ssa_of
         ir = ssa_of(fn)
     except Exception:
         return True
@@ -89,8 +89,6 @@ def written_leaves(p) -> Tuple[int, ...]:
 def uses_records(p) -> bool:
     """Whether the generated code keeps pullbacks of recursive calls or recomputes
     checkpointed blocks (both keep per-run state in a :class:`recursion.Records`)."""
-    from .ssa.prims import Recursive
-    from .rules.higher import Checkpointed
     return any(isinstance(st.expr.fn, (Recursive, Checkpointed))
                for blk in p.fn.iter_blocks() for st in blk.stmts)
 

@@ -27,14 +27,14 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from ..errors import NoAdjoint, UnsupportedSyntax
-from ..rules import arrays as arules
+from ..rules import arrays as arules, dispatch
 from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, is_array, is_tuple,
                             tuple_elts)
-from ..ssa.emit import INFIX, PREFIX, ZERO, Code, var_name
+from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Pop, Reserve, var_name
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
 from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
                          index_src)
-from ..rules.higher import Checkpointed, Hooked
+from ..rules.higher import recursive_calls, Checkpointed, Hooked
 from .tape import KIND_STACK
 
 UNSIGNED_INDEX = True   # proven non-negative array indices cast to np.uint64 (ArrayMixin.index_text)
@@ -287,7 +287,7 @@ class ArrayMixin:
             rule = fn.array_rule(self, st, active_ops)      # zyg.grad inside (rules/gradcall.py)
         else:
             rule = (self.recursive_arule(st, active_ops) if isinstance(fn, (Recursive, Checkpointed))
-                    else arules.rule_for(fn))
+                    else dispatch.rule_for(fn))
         if rule is None and not isinstance(fn, Prim):
             from .array_adjoint import user_array_rule      # @zyg.adjoint on arrays
             rule = user_array_rule(self, st, fn)
@@ -354,7 +354,7 @@ class ArrayMixin:
     def recursive_arule(self, st: Stmt, active_ops: List[int]) -> "arules.ARule":
         """A recursive call with arrays: its pullback, popped by the first active operand's
         contribution (zyg/pullbacks/recursion.py); the pullback keeps what it needs."""
-        from .recursion import grad_helper
+        grad_helper = recursive_calls().grad_helper
         fn = st.expr.fn.fn
         ck = isinstance(st.expr.fn, Checkpointed)
         first = min(active_ops)
@@ -745,15 +745,14 @@ class ArrayMixin:
         elif hasattr(fn, "primal_src"):
             code.add(ind, f"{lhs}{fn.primal_src(self, st, args)}", st.loc)   # rules/gradcall.py
         elif isinstance(fn, (Recursive, Checkpointed)):
-            from .recursion import call_helper
-            h = self.ns.ref(call_helper(fn.fn, [self.kind(a) for a in e.args], self.kind(st.var),
+            h = self.ns.ref(recursive_calls().call_helper(fn.fn, [self.kind(a) for a in e.args], self.kind(st.var),
                                         self.p.target, record=record and info.get("kind") == "rule"
                                         and isinstance(fn, Recursive)))
             code.add(ind, f"{lhs}{h}({', '.join(args)})", st.loc)
         else:
-            args, kw = arules.call_parts(fn, e.args, args, e.kwargs, self.src)
+            args, kw = dispatch.call_parts(fn, e.args, args, e.kwargs, self.src)
             try:
-                special = arules.primal_call(fn, args, [self.kind(a) for a in e.args], kw,
+                special = dispatch.primal_call(fn, args, [self.kind(a) for a in e.args], kw,
                                              self.kind(st.var) if st.var is not None else None)
             except arules._RuleError as ex:
                 raise self.err(st, f"{callee_name(fn)}: {ex}", cls=UnsupportedSyntax)
@@ -792,7 +791,7 @@ class ArrayMixin:
             # promised when their block (or structured nest) checked capacity
             ends = getattr(self, "_s_end", None)
             if ends is not None and s in ends:
-                code.add(ind, f"_{s}end += {value}.size")
+                code.put(ind, Reserve(s, f"{value}.size"))
                 need = f"_{s}end"
             else:
                 need = f"_{s}sp + {value}.size + {getattr(self, '_most', {}).get(s, 0)}"
@@ -815,10 +814,10 @@ class ArrayMixin:
         if is_array(kind):
             s = stack_of_array(kind)
             nd = array_ndim(kind)
-            code.add(ind, f"_isp -= {nd}")
+            code.put(ind, Pop("i", nd))
             shape = "(" + "".join(f"_is[_isp + {k}], " for k in range(nd)) + ")" if nd > 1 else None
             code.add(ind, "_sz = " + " * ".join(f"_is[_isp + {k}]" for k in range(nd)))
-            code.add(ind, f"_{s}sp -= _sz")
+            code.put(ind, Pop(s, "_sz"))
             view = f"_{s}s[_{s}sp:_{s}sp + _sz]"
             if shape is not None:
                 view = f"{view}.reshape({shape})"
@@ -830,7 +829,7 @@ class ArrayMixin:
             code.add(ind, f"{local_name} = {view}")
         else:
             s = KIND_STACK.get(kind, "f")
-            code.add(ind, f"_{s}sp -= 1")
+            code.put(ind, Pop(s, 1))
             code.add(ind, f"{local_name} = _{s}s[{self.tix(s)}]")
 
     def array_block_demand(self, blk) -> Dict[str, int]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ssa import hooks
+
 
 
 def push_array(stack, sp, x):
@@ -73,3 +75,7 @@ def reduce_like(e, t):
 
 def helpers_py():
     return {"_zyg_push_array": push_array, "_zyg_shadow_like": shadow_like}
+
+
+# generated code transformed again: the front end lowers _zyg_acc(t, e) with reduce_like
+hooks.PRIMS["reduce_like"] = reduce_like

@@ -25,7 +25,15 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from .. import numerics
+from ..compile import load, wrapper_for
+from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch
+from ..rules.higher import Checkpointed, checkpointed_range
+from ..ssa import hooks
+from .forward import Forward
+from .recursion import _python_call, call_helper
+from .transform import emit_split, plan
 from ..ssa.analysis import array_dtype, array_kind, differentiable, is_array, is_tuple
 
 _FLOAT_ARRAYS = ("float64", "float32")
@@ -76,7 +84,6 @@ def part_kind(k: str) -> str:
 
 
 def _kinds_of(vals) -> List[str]:
-    from ..api import _kinds
     return _kinds(vals, "checkpointed loop")
 
 
@@ -146,9 +153,6 @@ def _ck_split(l, c):
 def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     """Compile the loop with step function ``step`` (``n`` carried values) for operands of
     these kinds (the carried values, then the values the body only reads)."""
-    from ..api import ssa_of, _ident
-    from ..compile import load, wrapper_for
-    from .transform import emit_split, plan
     ir = ssa_of(step)
     _no_hidden(ir, step)
     skinds = ["int"] + list(kinds)
@@ -257,7 +261,6 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     exec(compile(src, name, "exec"), glob)
     fwd, bwd = glob["_ck_fwd"], glob["_ck_bwd"]
     if target != "python":
-        from .. import numerics
         for h in ("_ck_beta", "_ck_split"):
             glob[h] = numerics.njit(glob[h])
         fwd, bwd = numerics.njit(fwd), numerics.njit(bwd)
@@ -270,10 +273,6 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
 def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     """``_ck_tan(T, t0, *carried, *read, *their tangents)``: the packed tangent of the
     carried values after ``T`` steps of the step's forward mode."""
-    from ..api import ssa_of, _ident
-    from ..compile import load, wrapper_for
-    from .forward import Forward
-    from .transform import plan
     ir = ssa_of(step)
     _no_hidden(ir, step)
     skinds = ["int"] + list(kinds)
@@ -306,7 +305,6 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     exec(compile(src, f"<zyg checkpointed loop {stem}>", "exec"), glob)
     f = glob["_ck_tan"]
     if target != "python":
-        from .. import numerics
         f = numerics.njit(f)
     return f
 
@@ -448,3 +446,74 @@ class PartRunner:
 
     def __repr__(self) -> str:
         return self.__name__
+
+
+# -- the primitives the front end emits for a checkpointed_range loop ---------------------
+
+class CkLoop(Checkpointed):
+    """A checkpointed loop: ``CkLoop(runner)(T, t0, s, *carried, *read)`` is the loop's final
+    carried values packed into a float64 vector (``zyg/pullbacks/ckloop.py``)."""
+
+    def __init__(self, runner: Any):
+        super().__init__(runner)
+        self.__name__ = self.__qualname__ = "checkpointed_range loop"
+
+    def primal_src(self, em, st, args) -> str:
+        return _runner_call(em, st, args, self.fn)
+
+    def tangent_src(self, em, st, args) -> str:
+        """Forward mode: the step's jvp run T times (no checkpointing is needed)."""
+        kinds = [em.kind(a) for a in st.expr.args]
+        key = ("tangent", tuple(kinds), em.p.target)
+        h = self.fn.helpers.get(key)
+        if h is None:
+            n = len(kinds)
+            params = [f"a{i}" for i in range(2 * n)]
+            h = self.fn.helpers[key] = _python_call(
+                "ckpt_tangent", params, f"_zyg_r.tangent({em.p.target!r}, {', '.join(params)})",
+                PACKED_KIND, {"_zyg_r": self.fn}, em.p.target)
+        return f"{em.ns.ref(h)}({', '.join(args + [em.tz(a) for a in st.expr.args])})"
+
+    def written_operands(self, args) -> list:
+        """The operands the loop may write (for zyg/safety.py): its carried arrays."""
+        return list(args[3:3 + self.fn.n])
+
+    def _zyg_kind(self, kinds):
+        r = self.fn
+        check_kinds(list(kinds[3:3 + r.n]), list(kinds[3 + r.n:]), r.names, r.loc)
+        return PACKED_KIND
+
+
+class CkPart(Checkpointed):
+    """Carried value ``k`` of a checkpointed loop, read from the packed vector:
+    ``CkPart(k)(z, *carried_before)``."""
+
+    def __init__(self, runner: Any):
+        super().__init__(runner)
+        self.__name__ = self.__qualname__ = f"checkpointed_range value {runner.k}"
+
+    def primal_src(self, em, st, args) -> str:
+        return _runner_call(em, st, args, self.fn)
+
+    def tangent_src(self, em, st, args) -> str:
+        """Linear in the packed vector: the same read-out of its tangent."""
+        return _runner_call(em, st, [em.tz(st.expr.args[0])] + args[1:], self.fn)
+
+    def written_operands(self, args) -> None:
+        """A read-out writes nothing (for zyg/safety.py)."""
+        return None
+
+    def _zyg_kind(self, kinds):
+        return part_kind(kinds[1 + self.fn.k])
+
+
+def _runner_call(em, st, args, runner) -> str:
+    """A call of a checkpointed loop's run-time part from forward-mode code."""
+    h = call_helper(runner, [em.kind(a) for a in st.expr.args], em.kind(st.var), em.p.target,
+                    record=False)
+    return f"{em.ns.ref(h)}({', '.join(args)})"
+
+
+hooks.LOOPS[checkpointed_range] = hooks.LoopPrims(
+    loop=lambda step, n, names, loc: CkLoop(LoopRunner(step, n, names, loc)),
+    part=lambda k: CkPart(PartRunner(k)))

@@ -44,7 +44,7 @@ def mutated_params(block: Any, kinds: List[str]) -> List[int]:
     if got is None:
         from ..ssa.lower import lower
         from ..ssa.passes import run_pipeline
-        from .transform import specialize
+        from .specialize import specialize
         ir = run_pipeline(lower(block))
         if len(ir.params) != len(kinds):
             return []       # a wrong number of arguments: the call reports it

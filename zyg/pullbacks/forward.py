@@ -26,14 +26,15 @@ from typing import Any, Dict, List, Optional, Set
 import numpy as np
 
 from ..errors import NoAdjoint, TypeMismatch, UnsupportedSyntax
-from ..rules import arrays as arules
+from ..rules import arrays as arules, dispatch
 from ..rules import registry
 from ..ssa.analysis import array_ndim, is_array, is_complex, is_tuple
 from ..ssa.emit import INFIX, PREFIX, Code, Namespace, const_src, var_name
 from ..ssa.ir import Branch, Const, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
 from .arrays import inplace_src, zero_of
-from .closure import render, resolve_global
+from ..rules.closure import render, resolve_global
+from .helpers import helpers as tape_helpers
 
 STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward._find_loops)
 
@@ -129,9 +130,9 @@ class Forward:
         kinds = [self.kind(a) for a in e.args]
         kw = {k: (self.src(v), None) for k, v in e.kwargs.items()}
         if any(is_array(k) for k in kinds):
-            args, kw = arules.call_parts(fn, e.args, args, e.kwargs, self.src)
+            args, kw = dispatch.call_parts(fn, e.args, args, e.kwargs, self.src)
             try:
-                special = arules.primal_call(fn, list(args), kinds, kw,
+                special = dispatch.primal_call(fn, list(args), kinds, kw,
                                              self.kind(st.var) if st.var is not None else None)
             except arules._RuleError as ex:
                 raise self.err(st, f"{callee_name(fn)}: {ex}", UnsupportedSyntax)
@@ -267,7 +268,7 @@ class Forward:
                 a2[i] = self.t(ops[i])
                 terms.append(self.call_src(st, a2))
             return " + ".join(terms)
-        r = arules.rule_for(fn)
+        r = dispatch.rule_for(fn)
         if r is None:
             raise self.err(st, f"no forward rule for {callee_name(fn)} on arrays")
         consts = [a.value if isinstance(a, Const) and not isinstance(a, Undef) else arules._NOCONST
@@ -307,7 +308,7 @@ class Forward:
                 else:
                     ax, axc = kwx["axis"], kwc["axis"]
                 prod = f"(({src}) * {self.t(ops[i])})"
-                special = arules.primal_call(np.sum, [prod], [kinds[0]], {"axis": (ax, axc)},
+                special = dispatch.primal_call(np.sum, [prod], [kinds[0]], {"axis": (ax, axc)},
                                              self.kind(st.var))
                 terms.append(special or f"np.sum({prod}, axis={ax})")
             else:
@@ -370,10 +371,8 @@ class Forward:
                 else:
                     self.term(blk, 3, code)
         code.add(1, "return _ret, _tret")
-        text = code.text()
-        for k, v in arules.helpers(self.p.target).items():
-            if k in text:
-                self.ns.ns[k] = v
+        for k, v in tape_helpers(self.p.target).items():
+            self.ns.ns[k] = v
         return code
 
     def cross_block_values(self) -> Set[int]:
@@ -484,10 +483,10 @@ class Forward:
             for k, (tgt, args) in enumerate(((t.true, t.true_args), (t.false, t.false_args))):
                 if k == 1:
                     code.add(ind, "else:")
-                n0 = len(code.lines)
+                n0 = len(code)
                 self.edge(tgt, args, ind + 1, code, goto=False)
                 self.s_region(tgt, m, ind + 1, code)
-                if len(code.lines) == n0:
+                if len(code) == n0:
                     code.add(ind + 1, "pass")
             b = m
 

@@ -19,71 +19,21 @@ transformer itself never recurses.
 """
 from __future__ import annotations
 
-import contextvars
 import sys
-import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 from ..errors import TypeMismatch
+from .. import numerics
 from ..numerics import STACK_GUARD
 from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
-from .closure import ConvertedRule
+from ..driver import pullback
+from ..rules import higher
+from ..rules.closure import ConvertedRule
+from .records import CURRENT, Records, current  # noqa: F401  (the records of a run)
 
 RECURSION_LIMIT = 100000        # Python's limit while recursive calls run (default 1000)
-
-
-class Records:
-    """The pullbacks of the recursive calls made by one run of a primal, in call order.
-
-    ``take`` hands them out newest first; ``rewound`` starts over, so that a ``back``
-    that may be called again (a function that writes no array) replays them.  ``pending``
-    holds the cotangents the newest pullback returned, read one operand at a time by
-    array operands (:class:`_Take`, :class:`_RecomputeTake`).  A record that is not owned
-    by a ``back`` (``keep=False``) forgets each pullback once used.
-    """
-
-    __slots__ = ("backs", "pos", "pending", "keep")
-
-    def __init__(self, keep: bool = True):
-        self.backs: List[Any] = []
-        self.pos = 0
-        self.pending: List[Any] = []
-        self.keep = keep
-
-    def push(self, back: Any) -> None:
-        self.backs.append(back)
-        self.pos = len(self.backs)
-
-    def take(self) -> Any:
-        if self.pos == 0:
-            raise TypeMismatch("internal error: the adjoint asked for the pullback of a recursive "
-                               "call that its primal did not make")
-        self.pos -= 1
-        if self.keep:
-            return self.backs[self.pos]
-        return self.backs.pop()
-
-    def rewound(self) -> "Records":
-        self.pos = len(self.backs)
-        return self
-
-
-CURRENT: "contextvars.ContextVar[Optional[Records]]" = contextvars.ContextVar(
-    "zyg_recursion_records", default=None)
-_THREAD = threading.local()
-
-
-def current() -> Records:
-    """The record of the primal or adjoint now running in this thread.  Generated code run
-    outside the API (forward over reverse) gets a per-thread record used as a stack."""
-    r = CURRENT.get()
-    if r is None:
-        r = getattr(_THREAD, "records", None)
-        if r is None:
-            r = _THREAD.records = Records(keep=False)
-    return r
 
 
 class _Forward:
@@ -95,7 +45,6 @@ class _Forward:
         self.target = target
 
     def __call__(self, *args):
-        from ..api import pullback
         if sys.getrecursionlimit() < RECURSION_LIMIT:
             # each level of the user's recursion is a few Python frames (pullback, object mode)
             sys.setrecursionlimit(RECURSION_LIMIT)
@@ -138,7 +87,6 @@ def _cotangents(fn: Any, target: str, args, dy) -> list:
     ``zyg/pullbacks/ckloop.py``)."""
     if getattr(fn, "_zyg_runner", False):
         return fn.vjp(target, args, dy)
-    from ..api import pullback
     y, back = pullback(fn, *args, target=target)
     return list(back(dy))
 
@@ -259,7 +207,6 @@ def _python_call(name: str, params: List[str], call: str, kind: str, glob: Dict[
 
 
 def _compile(src: str, name: str, glob: Dict[str, Any], target: str):
-    from .. import numerics
     if target == "python":
         glob.update(numerics.HELPERS)
         exec(numerics.python_semantics(src, f"<zyg recursion {name}>", glob), glob)
@@ -316,3 +263,7 @@ def grad_helper(fn: Any, kind: str, i: int, target: str, nargs: int = 0, checkpo
         h = _HELPERS[key] = _python_call(name, params, f"_zyg_take(first, {i}, dy{extra})", kind,
                                          glob, target)
     return h
+
+
+# the transforms reach this module through rules/higher.py (it calls the driver at run time)
+higher.provide_recursive_calls(sys.modules[__name__])

@@ -37,10 +37,9 @@ branches (GMM, the ODE) that was most of the gradient's time.  This mixin finds
 from __future__ import annotations
 
 import operator
-import re
 from typing import Dict, Optional, Set, Tuple, Union
 
-from ..ssa.emit import Code, var_name
+from ..ssa.emit import ORDERED, ChainNext, ChainStart, Code, CounterSet, Pop, Reserve, SetTop, var_name
 from ..ssa.ir import Branch, Const, Jump, Stmt, Var
 from ..ssa.prims import GetItem
 from ..ssa.passes import dominators
@@ -53,12 +52,6 @@ ADJ_FORWARD = True         # reverse of a loop with independent iterations runs 
 
 Expr = Union[int, str]
 
-# statements of a reversed loop body that tie its iterations to their order: tape pops,
-# counter state carried from one iteration to the next
-_ORDERED = re.compile(r"\b_\w*sp -=|\b_cur\d+ =|\b_ini\d+ =|\b_\w*end\b|\b_zyg_pop")
-_POP = re.compile(r"^_([a-z])sp -= (\d+)$")                     # a pop of a scalar
-_CHAIN_INI = re.compile(r"^(_ini\d+) = (_cur\d+) - (.+)$")        # a chained start, backwards
-_CHAIN_CUR = re.compile(r"^(_cur\d+) = (_ini\d+)$")
 
 
 def _eadd(x: Expr, y: Expr) -> Expr:
@@ -422,7 +415,7 @@ class StructuredMixin:
         """``_<s>end``: the end of the room reserved on stack ``s``, where records of unknown
         size (arrays, inner loops with their own check) must push it forward."""
         for s in sorted(ends):
-            code.add(ind, f"_{s}end = _{s}sp + {need.get(s, 0)}")
+            code.put(ind, Reserve(s, str(need.get(s, 0)), start=True))
         self._s_end = ends
 
     def array_stacks(self) -> Set[str]:
@@ -452,7 +445,7 @@ class StructuredMixin:
             for s, v in sorted(self.s_self[h].items()):
                 if v == 0:
                     continue
-                code.add(ind, f"_{s}end += {v}")
+                code.put(ind, Reserve(s, str(v)))
                 code.add(ind, f"if _{s}end > _{s}cap:")
                 code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, _{s}end)")
                 code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
@@ -482,10 +475,10 @@ class StructuredMixin:
             for k, (tgt, args) in enumerate(((t.true, t.true_args), (t.false, t.false_args))):
                 if k == 1:
                     code.add(ind, "else:")
-                n0 = len(code.lines)
+                n0 = len(code)
                 self.edge(b, tgt, args, ind + 1, code, rec, goto=False)
                 self.s_region(tgt, m, ind + 1, code)
-                if len(code.lines) == n0:
+                if len(code) == n0:
                     code.add(ind + 1, "pass")
             b = m
 
@@ -496,7 +489,7 @@ class StructuredMixin:
         o, latch = self.counted[h]
         hb = self.fn.blocks[h]
         self.adjoint_stmts(hb, ind, code)
-        n0 = len(code.lines)
+        n0 = len(code)
         if ADJ_FOR:
             code.add(ind, f"for _k{h} in range(_n{h}):")
             code.add(ind + 1, f"_n{h} -= 1")
@@ -507,7 +500,7 @@ class StructuredMixin:
         self.adjoint_entry(hb, ind + 1, code, only=latch,
                            cont=lambda q, i2: self.s_adj_region(q, h, i2, code))
         self.adjoint_stmts(hb, ind + 1, code)
-        fwd = self.s_adj_forward(h) and self._fwd_state(h, code.lines[n0 + 2:], ind)
+        fwd = self.s_adj_forward(h) and self._fwd_state(h, code.body[n0 + 2:], ind)
         if fwd:
             # the reversed iterations are independent: run them in the forward order
             # (the body reads ``_n{h}`` only as the iteration's number)
@@ -593,30 +586,25 @@ class StructuredMixin:
                 return False
         return True
 
-    def _fwd_state(self, h: int, lines, ind: int):
-        """What of the reversed body ``lines`` of loop ``h`` depends on the backward order,
-        if it can be run forwards: ``(pops, starts)`` -- the items each iteration pops
-        per stack, and the start value of each chained counter ``_cur<P>`` of ``h``
-        (``Emitter.init_chains``); None when something else is order-bound (pops or
-        counter state inside a nested loop, a chain whose start is not a constant)."""
-        top = "    " * (ind + 1)
+    def _fwd_state(self, h: int, body, ind: int):
+        """What of the reversed body of loop ``h`` (``body``: its ``(indent, node)``
+        statements) depends on the backward order, if it can be run forwards:
+        ``(pops, starts)`` -- the items each iteration pops per stack, and the start value
+        of each chained counter ``_cur<P>`` of ``h`` (``Emitter.init_chains``); None when
+        something else is order-bound (pops or counter state inside a nested loop, a pop
+        of a run-time size, a chain whose start is not a constant)."""
         pops: Dict[str, int] = {}
         curs: Set[str] = set()
-        for ln in lines:
-            if not _ORDERED.search(ln):
+        for i2, node in body:
+            if not isinstance(node, ORDERED):
                 continue
-            if not ln.startswith(top) or ln[len(top)].isspace():
+            if i2 != ind + 1:
                 return None             # runs a variable number of times per iteration
-            s = ln[len(top):]
-            m = _POP.match(s)
-            if m:
-                pops[m.group(1)] = pops.get(m.group(1), 0) + int(m.group(2))
-                continue
-            m = _CHAIN_INI.match(s)
-            if m:
-                curs.add(m.group(2))
-                continue
-            if not _CHAIN_CUR.match(s):
+            if isinstance(node, Pop) and type(node.count) is int:
+                pops[node.stack] = pops.get(node.stack, 0) + node.count
+            elif isinstance(node, ChainStart):
+                curs.add(node.cur)
+            elif not isinstance(node, ChainNext):
                 return None
         starts: Dict[str, str] = {}
         hb = self.fn.blocks[h]
@@ -635,39 +623,36 @@ class StructuredMixin:
 
     def _fwd_rewrite(self, h: int, code: Code, n0: int, ind: int, pops: Dict[str, int],
                      starts: Dict[str, str]) -> None:
-        """Turn the backward loop ``while _n<h> > 0: _n<h> -= 1; <body>`` emitted from line
-        ``n0`` into a forward one. Each iteration sets the stack tops to the end of its own
-        records, so the body's pops read them where they are; chained starts run up from
-        the start value. Afterwards the state is what the backward loop leaves."""
-        pad, pad1 = "    " * ind, "    " * (ind + 1)
-        head = [f"_e{h} = _n{h}", f"_n{h} = 0"]
-        head += [f"_{s}base{h} = _{s}sp - {c} * _e{h}" for s, c in sorted(pops.items()) if c]
-        head += [f"{cur} = {v}" for cur, v in sorted(starts.items())]
-        head += [f"while _n{h} < _e{h}:"]
-        new = [(pad + x, None) for x in head]
-        new += [(f"{pad1}_{s}sp = _{s}base{h} + {c} * (_n{h} + 1)", None)
-                for s, c in sorted(pops.items()) if c]
+        """Turn the backward loop ``while _n<h> > 0: _n<h> -= 1; <body>`` emitted from
+        statement ``n0`` into a forward one. Each iteration sets the stack tops to the end
+        of its own records, so the body's pops read them where they are; chained starts run
+        up from the start value. Afterwards the state is what the backward loop leaves."""
+        old = code.truncate(n0)
+        code.add(ind, f"_e{h} = _n{h}")
+        code.add(ind, f"_n{h} = 0")
+        for s, c in sorted(pops.items()):
+            if c:
+                code.add(ind, f"_{s}base{h} = _{s}sp - {c} * _e{h}")
+        for cur, v in sorted(starts.items()):
+            code.put(ind, CounterSet(cur, v))
+        code.add(ind, f"while _n{h} < _e{h}:")
+        for s, c in sorted(pops.items()):
+            if c:
+                code.put(ind + 1, SetTop(s, f"_{s}base{h} + {c} * (_n{h} + 1)"))
         pending = None
-        for k in range(n0 + 2, len(code.lines)):
-            ln, loc = code.lines[k], code.locs.get(k + 1)
-            s = ln[len(pad1):]
-            m = _CHAIN_INI.match(s) if ln.startswith(pad1) else None
-            if m and m.group(2) in starts:
-                ln, pending = f"{pad1}{m.group(1)} = {m.group(2)}", m.group(3)
-            elif pending is not None and _CHAIN_CUR.match(s) and ln.startswith(pad1):
-                m2 = _CHAIN_CUR.match(s)
-                ln, pending = f"{pad1}{m2.group(1)} = {m2.group(2)} + {pending}", None
-            new.append((ln, loc))
-        new.append((f"{pad1}_n{h} += 1", None))
-        new.append((f"{pad}_n{h} = 0", None))
-        new += [(f"{pad}_{s}sp = _{s}base{h}", None) for s, c in sorted(pops.items()) if c]
-        new += [(f"{pad}{cur} = {v}", None) for cur, v in sorted(starts.items())]
-        code.locs = {k: v for k, v in code.locs.items() if k <= n0}
-        del code.lines[n0:]
-        for ln, loc in new:
-            code.lines.append(ln)
-            if loc is not None:
-                code.locs[len(code.lines)] = loc
+        for i2, node, loc in old[2:]:
+            if i2 == ind + 1 and isinstance(node, ChainStart) and node.cur in starts:
+                node, pending = CounterSet(node.ini, node.cur), node.delta
+            elif i2 == ind + 1 and pending is not None and isinstance(node, ChainNext):
+                node, pending = CounterSet(node.cur, f"{node.ini} + {pending}"), None
+            code.put(i2, node, loc)
+        code.add(ind + 1, f"_n{h} += 1")
+        code.add(ind, f"_n{h} = 0")
+        for s, c in sorted(pops.items()):
+            if c:
+                code.put(ind, SetTop(s, f"_{s}base{h}"))
+        for cur, v in sorted(starts.items()):
+            code.put(ind, CounterSet(cur, v))
 
     def s_adj_region(self, b: int, stop: int, ind: int, code: Code) -> None:
         noop = lambda q, i2: None   # noqa: E731

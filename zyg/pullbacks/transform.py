@@ -31,17 +31,20 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from .. import numerics
 from ..errors import NoAdjoint
 from ..rules import registry
-from ..pullbacks.closure import ConvertedRule, passes_cotangent, render, resolve_global
+from ..rules.closure import ConvertedRule, passes_cotangent, render, resolve_global
 from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer_kinds, is_array, is_tuple,
                             is_complex, loops_of_blocks, natural_loops)
-from ..ssa.prims import Attr, InPlace
 from .arrays import ArrayMixin, zero_of
 from .structured import StructuredMixin
-from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Namespace, const_src, var_name
-from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
+from ..ssa.emit import (INFIX, PREFIX, ZERO, ChainNext, ChainStart, Code, CounterSet, Line, Namespace,
+                        Pop, const_src, var_name)
+from ..ssa.ir import Branch, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
 from ..rules.linalg import is_tuple_call, split_tuple_calls
+from ..rules.higher import recursive_calls
+from .helpers import helpers
+from .specialize import specialize
 from .tape import INITIAL, KIND_STACK, STACKS, grow_for
 
 
@@ -61,51 +64,6 @@ class Plan:
     ret_kind: str = "float"
     flat: Any = None          # tuples.Flat when tuple values were replaced by their elements
     ret_parts: Any = None     # the leaves of a returned tuple (seeded from the tuple _dy)
-
-
-def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
-    """A copy of ``fn`` for these kinds: ``x op= y`` on numbers is the plain operation;
-    on arrays its result *is* ``x`` (same memory), so uses of the result are replaced by
-    ``x`` - which makes a loop parameter carrying ``c`` through ``c += ...`` trivial."""
-    import copy
-    from ..ssa.passes import _substitute, remove_trivial_params, verify
-    out = copy.copy(fn)
-    out.blocks = {}
-    alias: Dict[int, Any] = {}
-    for b, blk in fn.blocks.items():
-        nb = copy.copy(blk)
-        nb.params = list(blk.params)
-        nb.stmts = []
-        for st in blk.stmts:
-            e = st.expr
-            fnc = e.fn
-            if isinstance(fnc, InPlace):
-                if isinstance(e.args[0], Var) and is_array(kinds.get(e.args[0].id, "")):
-                    alias[st.var.id] = e.args[0]
-                else:
-                    fnc = fnc.op
-            elif isinstance(fnc, Attr) and fnc.attr in ("real", "imag") and e.args and \
-                    kinds.get(getattr(e.args[0], "id", None), "") in ("float", "complex", "int", "bool"):
-                # z.real of a number: a call with a scalar rule (docs/complex.md)
-                from ..rules.scalar import imag_part, real_part
-                fnc = real_part if fnc.attr == "real" else imag_part
-            nb.stmts.append(Stmt(st.var, Call(fnc, list(e.args), dict(e.kwargs)), st.loc))
-        t = blk.term
-        if isinstance(t, Jump):
-            t = Jump(t.target, list(t.args))
-        elif isinstance(t, Branch):
-            t = Branch(t.cond, t.true, list(t.true_args), t.false, list(t.false_args))
-        elif isinstance(t, Return):
-            t = Return(t.value)
-        nb.term = t
-        out.blocks[b] = nb
-    out.order = list(fn.order)
-    if alias:
-        _substitute(out, alias)
-        # the in-place statements keep their own operand
-        remove_trivial_params(out)
-        verify(out, "specialize")
-    return out
 
 
 def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
@@ -298,8 +256,7 @@ class Emitter(ArrayMixin, StructuredMixin):
         from ..ssa.prims import Recursive
         from ..rules.higher import Checkpointed, Hooked, hook_rule
         if isinstance(st.expr.fn, (Recursive, Checkpointed)):
-            from .recursion import recursive_rule
-            return recursive_rule(st.expr.fn.fn, [self.kind(a) for a in st.expr.args],
+            return recursive_calls().recursive_rule(st.expr.fn.fn, [self.kind(a) for a in st.expr.args],
                                   self.kind(st.var), self.p.target,
                                   checkpoint=isinstance(st.expr.fn, Checkpointed))
         r = registry.lookup(st.expr.fn) if not isinstance(st.expr.fn, Hooked) else hook_rule(st.expr.fn)
@@ -408,16 +365,18 @@ class Emitter(ArrayMixin, StructuredMixin):
             out += [(var_name(P), "int") for P, _ in self.chain_heads().get(h, [])]
         return out
 
-    def exit_pops(self, src: int, target: int) -> List[str]:
-        """Adjoint names the exit items are popped into, in push order."""
+    def exit_pops(self, src: int, target: int, roles: bool = False) -> list:
+        """Adjoint names the exit items are popped into, in push order (with ``roles``:
+        ``(name, state)`` pairs, ``state`` true for counter state carried between the
+        iterations of an enclosing loop: a counter start, a chained counter)."""
         out = []
         for h in self.exited_counts(src, target):
             if not self.s_trip_recomputed(h):
-                out.append(f"_n{h}")
+                out.append((f"_n{h}", False))
             chained = self.init_chains()
-            out += [ini for _, ini in self.init_push.get(h, []) if (h, ini) not in chained]
-            out += [cur for _, cur in self.chain_heads().get(h, [])]
-        return out
+            out += [(ini, True) for _, ini in self.init_push.get(h, []) if (h, ini) not in chained]
+            out += [(cur, True) for _, cur in self.chain_heads().get(h, [])]
+        return out if roles else [name for name, _ in out]
 
     def init_chains(self) -> Dict[Tuple[int, str], Tuple[Any, int, int]]:
         """Starts of inner-loop counters recomputed backwards instead of pushed.
@@ -625,8 +584,7 @@ class Emitter(ArrayMixin, StructuredMixin):
         from ..rules.higher import Checkpointed
         if isinstance(e.fn, (Recursive, Checkpointed)) and (st.var is None or st.var.id not in self.rules):
             # a recursive call whose result is not differentiated: a plain call
-            from .recursion import call_helper
-            h = self.ns.ref(call_helper(e.fn.fn, [self.kind(a) for a in e.args],
+            h = self.ns.ref(recursive_calls().call_helper(e.fn.fn, [self.kind(a) for a in e.args],
                                         self.kind(st.var) if st.var is not None else "float",
                                         self.p.target, record=False))
             code.add(ind, f"{lhs}{h}({', '.join(args)})", st.loc)
@@ -934,10 +892,10 @@ class Emitter(ArrayMixin, StructuredMixin):
                     names[st.var.id] = st.var
         for h in sorted(self.init_push):
             for _, ini in self.init_push[h]:
-                code.add(ind, f"{ini} = 0")
+                code.put(ind, CounterSet(ini, "0"))
         for L in sorted(self.chain_heads()):
             for _, cur in self.chain_heads()[L]:
-                code.add(ind, f"{cur} = 0")
+                code.put(ind, CounterSet(cur, "0"))
         for vid in active_vars:
             v = names[vid]
             if self.is_arr(v):
@@ -994,7 +952,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             by.setdefault(KIND_STACK.get(k, "f"), []).append(name)
         for s, pnames in by.items():
             n = len(pnames)
-            code.add(i2, f"_{s}sp -= {n}")
+            code.put(i2, Pop(s, n))
             for j, name in enumerate(pnames):
                 local[name] = f"{name}_b{blk.id}"
                 code.add(i2, f"{local[name]} = _{s}s[{self.tix(s, j)}]")
@@ -1117,7 +1075,7 @@ class Emitter(ArrayMixin, StructuredMixin):
         ps = self.p.preds[blk.id]
 
         def to_pred(pred: int, i2: int):
-            n0 = len(code.lines)
+            n0 = len(code)
             t = self.fn.blocks[pred].term
             if isinstance(t, Jump):
                 args = t.args
@@ -1144,14 +1102,16 @@ class Emitter(ArrayMixin, StructuredMixin):
                         rhs.append(self.dname(p))
                         self.adj_uses.add(self.dname(p))
                 code.add(i2, f"{', '.join(lhs)} = {', '.join(rhs)}")
-            for name in reversed(self.exit_pops(pred, blk.id)):
-                code.add(i2, "_isp -= 1")
-                code.add(i2, f"{name} = _is[{self.tix('i')}]")
+            for name, state in reversed(self.exit_pops(pred, blk.id, roles=True)):
+                code.put(i2, Pop("i", 1))
+                read = f"_is[{self.tix('i')}]"
+                # a counter start or chained counter carries state between iterations
+                code.put(i2, CounterSet(name, read) if state else Line(f"{name} = {read}"))
             left = self.p.loops_of[pred] - self.p.loops_of[blk.id]
             for L, heads in sorted(self.chain_heads().items()):
                 if L in left and len(self.p.loops_of[L]) == 1:
                     for P, cur in heads:      # not nested: its final value is still there
-                        code.add(i2, f"{cur} = {var_name(P)}")
+                        code.put(i2, CounterSet(cur, var_name(P)))
                         self.adj_uses.add(var_name(P))
             chains = self.init_chains()
             for h in self.exited_counts(pred, blk.id):
@@ -1159,14 +1119,17 @@ class Emitter(ArrayMixin, StructuredMixin):
                     code.add(i2, f"_n{h} = {self.s_trip_src(h)}")
                 for (h2, ini), (P, step, _) in sorted(chains.items(), key=lambda x: x[0]):
                     if h2 == h:
-                        code.add(i2, f"{ini} = _cur{P.id} - {_emul_int(step, f'_n{h}')}")
-                        code.add(i2, f"_cur{P.id} = {ini}")
+                        code.put(i2, ChainStart(ini, f"_cur{P.id}", _emul_int(step, f'_n{h}')))
+                        code.put(i2, ChainNext(f"_cur{P.id}", ini))
+            # the parameters' array cotangents were handed to the edge: zero them before
+            # anything can add into them again (the predecessor's adjoint, inlined or
+            # continued here, may use the parameter: a loop left by ``break``)
+            for z in zero_after:
+                code.add(i2, z)
             if cont is not None:
-                for z in zero_after:
-                    code.add(i2, z)
                 cont(pred, i2)
                 self._adj_blk = blk.id
-                if i2 != ind and len(code.lines) == n0:
+                if i2 != ind and len(code) == n0:
                     code.add(i2, "pass")
                 return
             if pred in self.a_inline and not self._in_simple:
@@ -1182,10 +1145,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             zero_after = []
 
         def finish():
-            if cont is not None:
-                return          # done by to_pred, before the continuation
-            for z in zero_after:
-                code.add(ind, z)
+            pass                # the zeroing is done by to_pred, on every edge
         if only is not None:
             to_pred(only, ind)
             finish()
@@ -1204,7 +1164,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             finish()
             return
         if self.in_loop(blk.id):
-            code.add(ind, "_tsp -= 1")
+            code.put(ind, Pop("t", 1))
             code.add(ind, f"_tag = _ts[{self.tix('t')}]")
         else:
             code.add(ind, f"_tag = _tag{blk.id}")
@@ -1232,7 +1192,6 @@ class Emitter(ArrayMixin, StructuredMixin):
         if self.stack_used:
             self.ns.ns["_zyg_grow"] = grow_for(self.p.target)
         if self.arr_vars:
-            from ..rules.arrays import helpers
             for k, v in helpers(self.p.target).items():
                 self.ns.ns[k] = v
 

@@ -15,15 +15,15 @@ scalar form branches.
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import operator
-import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..numerics import njit, options_tag
 from ..ssa.analysis import array_ndim, is_array, is_complex
-from ..ssa.prims import ArrayOf, Stacked
 from . import scalar
 from .registry import nondifferentiable
 
@@ -70,8 +70,28 @@ class ARule:
 ARRAY_RULES: Dict[Any, ARule] = {}
 
 
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, names: Dict[str, ast.expr]):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return self.names.get(node.id, node)
+
+
 def _subst(expr: str, names: Dict[str, str]) -> str:
-    return re.sub(r"\b(" + "|".join(names) + r")\b", lambda m: "(" + names[m.group(1)] + ")", expr)
+    """The derivative template ``expr`` (in the names ``x``, ``y``, ...) with each name
+    replaced by the expression ``names[name]`` (a syntax-tree substitution)."""
+    tree = ast.parse(expr, mode="eval")
+    return ast.unparse(_Substitute({k: _operand(v) for k, v in names.items()}).visit(tree))
+
+
+def _operand(src: str) -> ast.expr:
+    """The expression ``src`` as a tree; a placeholder that is no expression (the markers
+    with which ``pullbacks/arrays.py`` finds the operands a rule reads) as a name."""
+    try:
+        return ast.parse(src, mode="eval").body
+    except SyntaxError:
+        return ast.Name(id=src, ctx=ast.Load())
 
 
 # --- elementwise -------------------------------------------------------------------------
@@ -416,28 +436,6 @@ def _stacked(fn) -> ARule:
     return ARule(back, kw_ok=("axis",))
 
 
-def rule_for(fn: Any) -> Optional[ARule]:
-    if isinstance(fn, ArrayOf):
-        return ARule(_array_of)
-    from . import numpy_extra
-    if isinstance(fn, Stacked):
-        if fn.fn in (np.vstack, np.hstack, np.column_stack):
-            return numpy_extra.stacked_rule(fn.fn)
-        return _stacked(fn.fn)
-    extra = numpy_extra.rule_for(fn)      # statistics, sorting, shapes; keepdims=
-    if extra is not None:
-        return extra
-    from .linalg import LINALG_RULES
-    try:
-        got = LINALG_RULES.get(fn) or ARRAY_RULES.get(fn)
-    except TypeError:
-        return None
-    if got is None:
-        from . import special       # scipy.special on arrays
-        got = special.array_rule(fn)
-    return got
-
-
 NONDIFF_ARRAY = [np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like,
                  np.arange, np.shape, np.size, np.ndim, np.argsort, np.sign, np.isclose,
                  np.searchsorted]
@@ -530,37 +528,10 @@ AXIS_HELPERS = {np.max: "_zyg_max_axis", np.amax: "_zyg_max_axis", np.min: "_zyg
 _AXIS_FNS = (np.sum, np.mean, np.max, np.min, np.amax, np.amin, np.prod, np.cumsum)
 
 
-def call_parts(fn: Any, operands: list, args: List[str], kwargs: Dict[str, Any],
-               render: Callable[[Any], str]) -> Tuple[List[str], Dict[str, Any]]:
-    """Rendered positional arguments and ``{name: (rendered, constant or _NOCONST)}``
-    keywords of a call, with a positional axis (``np.sum(a, 0)``) moved to ``axis=``,
-    as :func:`primal_call` expects."""
-    def const(v):
-        from ..ssa.ir import Const
-        return v.value if isinstance(v, Const) else _NOCONST
-    kw = {k: (render(v), const(v)) for k, v in kwargs.items()}
-    if len(operands) == 2 and fn in _AXIS_FNS and "axis" not in kw:
-        kw["axis"] = (args[1], const(operands[1]))
-        args = args[:1]
-    from .numpy_extra import call_parts as extra_parts
-    return extra_parts(fn, operands, list(args), kw, const)
-
-
-def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, Any],
-                result_kind: Optional[str] = None) -> Optional[str]:
-    """Source of ``fn(*args, **kwargs)`` where numba needs another spelling; else None.
-    ``kwargs`` maps names to (rendered, constant value or _NOCONST)."""
-    from . import special, linalg
-    sp = special.primal_call(fn, args, kinds, kwargs)
-    if sp is not None:
-        return sp
-    sp = linalg.primal_call(fn, args, kinds, kwargs)
-    if sp is not None:
-        return sp
-    from .numpy_extra import primal_call as extra_call
-    sp = extra_call(fn, args, kinds, kwargs, result_kind, primal_call)
-    if sp is not None:
-        return sp
+def base_primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, Any]) -> Optional[str]:
+    """Source of ``fn(*args, **kwargs)`` for the functions of this module where numba needs
+    another spelling; else None (:func:`zyg.rules.dispatch.primal_call` asks the other rule
+    modules first)."""
     ax = None
     if "axis" in kwargs:
         ax = kwargs["axis"][1]
@@ -617,13 +588,12 @@ def acc_scalar_target(e):
 _HELPERS: Dict[Any, Dict[str, Any]] = {}
 
 
-def helpers(target: str) -> Dict[str, Any]:
-    """Name -> helper object for generated code on ``target``."""
-    from ..numerics import njit, options_tag
-    from . import linalg
+def base_helpers(target: str) -> Dict[str, Any]:
+    """Name -> helper object of this module for generated code on ``target`` (numba-compiled
+    for "cpu"); :func:`zyg.rules.dispatch.helpers` adds those of the other rule modules."""
     key = (target, options_tag(target))
     if key in _HELPERS:
-        return {**_HELPERS[key], **linalg.helpers(target)}
+        return _HELPERS[key]
     ns: Dict[str, Any] = {"np": np}
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
@@ -638,12 +608,6 @@ def helpers(target: str) -> Dict[str, Any]:
             acc = ns[f"acc_{nt}_{ne}"]
             acc._zyg_accumulate = True     # lowered as t += reduce_like(e, t) (higher order)
             out[f"_zyg_acc_{nt}_{ne}"] = acc
-    from ..pullbacks import arraytape
-    out.update(arraytape.helpers_py())
-    from ..pullbacks import fancy
-    out.update(fancy.helpers_py())
-    from . import numpy_extra
-    extra = numpy_extra.helpers(target)         # numba-compiled already for "cpu"
     if target != "python":
         jit = {}
         pg = njit(prod_grad)
@@ -655,11 +619,8 @@ def helpers(target: str) -> Dict[str, Any]:
             if k not in jit:
                 jit[k] = njit(v)
         out = jit
-    from . import special
-    out.update(special.helpers(target, njit))
-    out.update(extra)
     _HELPERS[key] = out
-    return {**out, **linalg.helpers(target)}
+    return out
 
 
 def _src_of(fn) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from ..ssa import hooks
+from ..ssa.lower import unwrap
 from .registry import Rule
 
 
@@ -108,62 +110,23 @@ def hook_rule(prim: Hooked) -> Rule:
     return r
 
 
-class CkLoop(Checkpointed):
-    """A checkpointed loop: ``CkLoop(runner)(T, t0, s, *carried, *read)`` is the loop's final
-    carried values packed into a float64 vector (``zyg/pullbacks/ckloop.py``)."""
-
-    def __init__(self, runner: Any):
-        super().__init__(runner)
-        self.__name__ = self.__qualname__ = "checkpointed_range loop"
-
-    def primal_src(self, em, st, args) -> str:
-        return _runner_call(em, st, args, self.fn)
-
-    def tangent_src(self, em, st, args) -> str:
-        """Forward mode: the step's jvp run T times (no checkpointing is needed)."""
-        from ..pullbacks.ckloop import PACKED_KIND
-        from ..pullbacks.recursion import _python_call
-        kinds = [em.kind(a) for a in st.expr.args]
-        key = ("tangent", tuple(kinds), em.p.target)
-        h = self.fn.helpers.get(key)
-        if h is None:
-            n = len(kinds)
-            params = [f"a{i}" for i in range(2 * n)]
-            h = self.fn.helpers[key] = _python_call(
-                "ckpt_tangent", params, f"_zyg_r.tangent({em.p.target!r}, {', '.join(params)})",
-                PACKED_KIND, {"_zyg_r": self.fn}, em.p.target)
-        return f"{em.ns.ref(h)}({', '.join(args + [em.tz(a) for a in st.expr.args])})"
-
-    def _zyg_kind(self, kinds):
-        from ..pullbacks.ckloop import PACKED_KIND, check_kinds
-        r = self.fn
-        check_kinds(list(kinds[3:3 + r.n]), list(kinds[3 + r.n:]), r.names, r.loc)
-        return PACKED_KIND
+# the front end lowers zyg.hook(f, x) and zyg.checkpoint(f, *args) to these primitives
+hooks.FUNCTION_PRIMS[hook] = hooks.FunctionPrim("hook", Hooked, 1)
+hooks.FUNCTION_PRIMS[checkpoint] = hooks.FunctionPrim("checkpoint", lambda f: Checkpointed(unwrap(f)), None)
 
 
-class CkPart(Checkpointed):
-    """Carried value ``k`` of a checkpointed loop, read from the packed vector:
-    ``CkPart(k)(z, *carried_before)``."""
-
-    def __init__(self, runner: Any):
-        super().__init__(runner)
-        self.__name__ = self.__qualname__ = f"checkpointed_range value {runner.k}"
-
-    def primal_src(self, em, st, args) -> str:
-        return _runner_call(em, st, args, self.fn)
-
-    def tangent_src(self, em, st, args) -> str:
-        """Linear in the packed vector: the same read-out of its tangent."""
-        return _runner_call(em, st, [em.tz(st.expr.args[0])] + args[1:], self.fn)
-
-    def _zyg_kind(self, kinds):
-        from ..pullbacks.ckloop import part_kind
-        return part_kind(kinds[1 + self.fn.k])
+# recursive calls and zyg.checkpoint: their rules call the callee's pullback at run time,
+# through the driver; the module that makes them (zyg/pullbacks/recursion.py) sits above
+# the driver, and the transforms reach it through this slot
+_RECURSIVE_CALLS: list = []
 
 
-def _runner_call(em, st, args, runner) -> str:
-    """A call of a checkpointed loop's run-time part from forward-mode code."""
-    from ..pullbacks.recursion import call_helper
-    h = call_helper(runner, [em.kind(a) for a in st.expr.args], em.kind(st.var), em.p.target,
-                    record=False)
-    return f"{em.ns.ref(h)}({', '.join(args)})"
+def provide_recursive_calls(impl: Any) -> None:
+    _RECURSIVE_CALLS[:] = [impl]
+
+
+def recursive_calls() -> Any:
+    """The provider of ``recursive_rule``, ``call_helper`` and ``grad_helper``."""
+    if not _RECURSIVE_CALLS:
+        raise RuntimeError("zyg.pullbacks.recursion is not imported (import zyg first)")
+    return _RECURSIVE_CALLS[0]

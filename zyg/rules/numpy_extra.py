@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .arrays import _NOCONST, ARule, Ctx, _maxmin, _RuleError
+from ..ssa import hooks
+from .arrays import _NOCONST, ARRAY_RULES, ARule, Ctx, _maxmin, _RuleError
 
 EXTRA_RULES: Dict[Any, ARule] = {}
 
@@ -121,7 +122,6 @@ def with_keepdims(fn: Any, base: ARule) -> ARule:
     """``base``, also for ``keepdims=True``: the result's cotangent and value are read
     without the kept axis, as the base rule expects."""
     def back(c: Ctx, i: int) -> Optional[str]:
-        from .arrays import ARRAY_RULES
         rule = EXTRA_RULES.get(fn) or ARRAY_RULES[fn]
         kd, ax = _keepdims_ax(c, fn)
         if kd:
@@ -647,7 +647,6 @@ def rule_for(fn: Any) -> Optional[ARule]:
         if fn in KEEPDIMS:
             got = _KEEP_WRAPPED.get(fn)
             if got is None:
-                from .arrays import ARRAY_RULES
                 base = r or ARRAY_RULES.get(fn)
                 got = _KEEP_WRAPPED[fn] = with_keepdims(fn, base)
             return got
@@ -1108,3 +1107,6 @@ def _clip_scalar_rule(x, lo, hi):
 
 
 lookup(np.clip).real_only = True
+
+# the front end lowers x.astype(dtype) to the primitive astype
+hooks.PRIMS["astype"] = astype

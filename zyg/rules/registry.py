@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from ..caches import invalidate
+from .closure import convert_rule
+from ..ssa import hooks
+
 
 class Rule:
     """A registered custom adjoint for the primal function ``fn``."""
@@ -37,7 +41,6 @@ class Rule:
     def converted(self):
         """The closure-converted form (parsed lazily, once)."""
         if self._converted is None:
-            from ..pullbacks.closure import convert_rule
             self._converted = convert_rule(self)
         return self._converted
 
@@ -76,8 +79,7 @@ def adjoint(fn: Any, *, samples: Optional[list] = None) -> Callable[[Callable], 
         _NONDIFF.pop(k, None)
         if _builtin_phase:
             _BUILTIN_KEYS.add(k)
-        from ..api import _invalidate_caches
-        _invalidate_caches()
+        invalidate()
         return rule_fn
     return register
 
@@ -90,8 +92,7 @@ def nondifferentiable(fn: Any) -> Any:
     if _builtin_phase:
         _BUILTIN_KEYS.add(k)
     else:
-        from ..api import _invalidate_caches
-        _invalidate_caches()
+        invalidate()
     return fn
 
 
@@ -155,8 +156,7 @@ def reset_user_rules() -> None:
     _NONDIFF.clear()
     _NONDIFF.update(_BUILTIN_NONDIFF)
     if changed:
-        from ..api import _invalidate_caches
-        _invalidate_caches()
+        invalidate()
 
 
 def end_builtin_phase() -> None:
@@ -166,3 +166,9 @@ def end_builtin_phase() -> None:
     _BUILTIN_RULES.update(_RULES)
     _BUILTIN_NONDIFF.clear()
     _BUILTIN_NONDIFF.update(_NONDIFF)
+
+
+# the front end: callees with a rule are never inlined; the functions it generates are
+# non-differentiable
+hooks.KNOWN_CALLEES.append(lambda fn: lookup(fn) is not None or is_nondifferentiable(fn))
+hooks.on_generated_nondifferentiable(declare_builtin_nondifferentiable)

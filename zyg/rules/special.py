@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict
 import numpy as np
 import scipy.special as sc
 
+from . import arrays as arules
+from .arrays import _NOCONST, _RuleError
 from .registry import adjoint
 
 _LOG_SQRT_2PI = 0.9189385332046727      # log(sqrt(2 pi))
@@ -277,7 +279,6 @@ _DERIV = {
 
 
 def _array_rules() -> Dict[Any, Any]:
-    from . import arrays as arules
     out: Dict[Any, Any] = {}
     for fn, d in _DERIV.items():
         out[fn] = arules._unary(d, None, f"scipy.special.{fn.__name__}")
@@ -333,7 +334,6 @@ def logsumexp_axis(a, axis):
 def primal_call(fn: Any, args, kinds, kwargs) -> Any:
     """Source of the call of a scipy.special function on arrays (None: not one of ours).
     ``kwargs`` maps names to (rendered, constant value or the no-constant marker)."""
-    from .arrays import _RuleError, _NOCONST
     from ..ssa.analysis import array_ndim, is_array
     if fn in ELEMENTWISE and len(args) == 1 and not kwargs:
         return f"{ELEMENTWISE[fn][0]}({args[0]})"

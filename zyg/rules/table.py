@@ -132,7 +132,7 @@ def _array_jvp(fn: Any, r: Any) -> str:
 
 
 def _entries() -> Dict[Any, _Entry]:
-    from . import arrays, linalg, numpy_extra, registry, special
+    from . import arrays, dispatch, linalg, numpy_extra, registry, special
     from ..ssa.prims import STACKED_FNS
     out: Dict[Any, _Entry] = {}
 
@@ -166,7 +166,7 @@ def _entries() -> Dict[Any, _Entry]:
     for table in tables:
         for fn in table:
             e = entry(fn)
-            r = arrays.rule_for(fn)
+            r = dispatch.rule_for(fn)
             if r is None:
                 continue
             e.array = "yes"

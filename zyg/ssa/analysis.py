@@ -9,7 +9,7 @@ values of the argument kinds (and on the actual value of constant operands).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -192,7 +192,6 @@ def _structural_kind(fn: Any, kinds, consts) -> Any:
         return fn.result_kind_of(kinds)          # zyg.grad inside (rules/gradcall.py)
     if isinstance(fn, GetItem) and kinds:
         base = kinds[0]
-        from .fancy import fancy_ndim, is_fancy
         if is_array(base) and is_fancy(fn.spec, kinds[1:]):
             nd = fancy_ndim(base, fn.spec, kinds[1:])
             return None if nd is None or nd < 1 else array_kind(array_dtype(base), nd)
@@ -313,7 +312,6 @@ def is_view_op(fn: Any, args, kinds) -> bool:
         return False
     if isinstance(fn, GetItem):
         # fewer integer indices than dimensions (a row e[1] of a matrix) is a view too
-        from .fancy import is_fancy
         if is_fancy(fn.spec, [kinds.get(a.id, "") if isinstance(a, Var) else "" for a in args[1:]]):
             return False      # x[idx], x[mask]: a new array
         return fn.is_view() or array_ndim(kinds[args[0].id]) > len(fn.spec)
@@ -597,3 +595,46 @@ def int_lower_bounds(fn: Function, kinds: Dict[int, str]) -> Dict[int, int]:
                 if st.var is not None and st.var.id in lb:
                     changed |= settle(st.var.id, of_stmt(st))
     return lb
+
+
+# -- integer-array (fancy) indexing: which index operands are arrays -------------------
+def array_parts(spec: Sequence[str], op_kinds: Sequence[str]) -> List[Tuple[int, int, str]]:
+    """(position in ``spec``, operand index, kind) of every index part that is an array."""
+    out = []
+    k = 0
+    for pos, s in enumerate(spec):
+        if s == "i":
+            if k < len(op_kinds) and is_array(op_kinds[k]):
+                out.append((pos, k, op_kinds[k]))
+            k += 1
+        elif s == "s":
+            k += 3
+    return out
+
+
+def is_fancy(spec: Sequence[str], op_kinds: Sequence[str]) -> bool:
+    """Does the subscript have an advanced (array) part?"""
+    return bool(array_parts(spec, op_kinds))
+
+
+def fancy_ndim(base_kind: str, spec: Sequence[str], op_kinds: Sequence[str]) -> Optional[int]:
+    """Number of dimensions of ``base[index]`` when the index has one array part; None
+    when it has none (or the result is not an array numba can give)."""
+    parts = array_parts(spec, op_kinds)
+    if not parts or not is_array(base_kind) or "e" in spec:
+        return None
+    nd = array_ndim(base_kind)
+    ints = 0
+    k = 0
+    for s in spec:
+        if s == "i":
+            if not is_array(op_kinds[k]):
+                ints += 1
+            k += 1
+        elif s == "s":
+            k += 3
+    _, _, kd = parts[0]
+    ki = array_ndim(kd)
+    if kd[0] == "b":      # a mask consumes as many axes as it has, and gives one
+        return nd - ints - ki + 1 + spec.count("n")
+    return nd - ints - 1 + ki + spec.count("n")

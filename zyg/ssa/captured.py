@@ -205,3 +205,22 @@ def hidden_kind_sig(vals: tuple) -> tuple:
 def is_stable_module(v: Any, library: set) -> bool:
     """Library modules (numpy, math...) whose bindings zyg does not guard."""
     return isinstance(v, types.ModuleType) and (v.__name__.split(".")[0] in library)
+
+
+# packages whose functions are never inlined: they are reached through rules
+_LIBRARY_PACKAGES = {"numpy", "numba", "math", "cmath", "builtins", "scipy", "zyg", "operator"}
+
+
+class Closure:
+    """A function defined inside differentiated code (``def`` or ``lambda``).
+
+    It is never a run-time value: calls to it are inlined, with its free variables
+    read from the frame that defined it.
+    """
+
+    def __init__(self, node, frame: "Any", defaults: List[Any], kw_defaults: Dict[str, Any]):
+        self.node = node
+        self.frame = frame
+        self.defaults = defaults
+        self.kw_defaults = kw_defaults
+        self.__name__ = getattr(node, "name", "<lambda>")

@@ -11,7 +11,8 @@ import math
 import operator
 import re
 import builtins
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -29,24 +30,127 @@ ZERO = {"float": "0.0", "complex": "0j", "int": "0", "bool": "False", "none": "N
         "undef": "0.0", "object": "None"}
 
 
+@dataclass(frozen=True)
+class Line:
+    """An ordinary statement or block header, as rendered (one line, no indentation)."""
+    text: str
+
+    def render(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Pop:
+    """Tape operation: drop ``count`` items (an int or an expression) from stack ``stack``
+    (``_<stack>sp -= count``); the items were read at ``_<stack>s[_<stack>sp - k]`` before."""
+    stack: str
+    count: Union[int, str]
+
+    def render(self) -> str:
+        return f"_{self.stack}sp -= {self.count}"
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """Counter state carried from one loop iteration to the next: ``name = value``
+    (the chained starts of nested loops, ``_cur<P>`` / ``_ini<P>``)."""
+    name: str
+    value: str
+
+    def render(self) -> str:
+        return f"{self.name} = {self.value}"
+
+
+@dataclass(frozen=True)
+class ChainStart:
+    """A chained counter start, backwards: ``ini = cur - delta`` (``delta`` the distance the
+    inner loop's counter travelled), then :class:`CounterSet` ``cur = ini``."""
+    ini: str
+    cur: str
+    delta: str
+
+    def render(self) -> str:
+        return f"{self.ini} = {self.cur} - {self.delta}"
+
+
+@dataclass(frozen=True)
+class ChainNext:
+    """The next chained counter value, backwards: ``cur = ini`` (after :class:`ChainStart`)."""
+    cur: str
+    ini: str
+
+    def render(self) -> str:
+        return f"{self.cur} = {self.ini}"
+
+
+@dataclass(frozen=True)
+class SetTop:
+    """Tape operation: move the top of stack ``stack`` to ``value`` (``_<stack>sp = value``)."""
+    stack: str
+    value: str
+
+    def render(self) -> str:
+        return f"_{self.stack}sp = {self.value}"
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """Tape room reserved so far in a structured nest: ``_<stack>end += amount`` (or
+    ``= _<stack>sp + amount`` when ``start``)."""
+    stack: str
+    amount: str
+    start: bool = False
+
+    def render(self) -> str:
+        if self.start:
+            return f"_{self.stack}end = _{self.stack}sp + {self.amount}"
+        return f"_{self.stack}end += {self.amount}"
+
+
+Node = Union[Line, Pop, SetTop, CounterSet, ChainStart, ChainNext, Reserve]
+# the statements that tie a reversed loop's iterations to their order
+ORDERED = (Pop, SetTop, CounterSet, ChainStart, ChainNext, Reserve)
+
+
 class Code:
-    """Lines of Python source with the user location each line came from."""
+    """Generated statements, each with its indentation level and the user location it came
+    from.  Ordinary statements are :class:`Line` nodes; tape operations and counter state
+    are typed nodes (:data:`ORDERED`), which the analyses of generated code read (they
+    never read the text).  :meth:`text` renders the module, one line per node."""
 
     def __init__(self):
-        self.lines: List[str] = []
-        self.locs: Dict[int, Loc] = {}
+        self.body: List[Tuple[int, Node]] = []
+        self.locs: Dict[int, Loc] = {}      # line number (1-based) -> user location
+
+    def __len__(self) -> int:
+        return len(self.body)
 
     def add(self, indent: int, text: str, loc: Optional[Loc] = None) -> None:
         for part in text.split("\n"):
-            self.lines.append("    " * indent + part)
-            if loc is not None:
-                self.locs[len(self.lines)] = loc
+            self.put(indent, Line(part), loc)
+
+    def put(self, indent: int, node: Node, loc: Optional[Loc] = None) -> None:
+        self.body.append((indent, node))
+        if loc is not None:
+            self.locs[len(self.body)] = loc
 
     def extend(self, other: "Code") -> None:
-        base = len(self.lines)
-        self.lines += other.lines
+        base = len(self.body)
+        self.body += other.body
         for k, v in other.locs.items():
             self.locs[base + k] = v
+
+    def truncate(self, n: int) -> List[Tuple[int, Node, Optional[Loc]]]:
+        """Remove and return the statements from index ``n`` on, with their locations."""
+        out = [(ind, node, self.locs.get(k + 1)) for k, (ind, node) in enumerate(self.body) if k >= n]
+        del self.body[n:]
+        self.locs = {k: v for k, v in self.locs.items() if k <= n}
+        return out
+
+    @property
+    def lines(self) -> List[str]:
+        """The rendered lines (read-only view)."""
+        return ["    " * ind + node.render() for ind, node in self.body]
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"

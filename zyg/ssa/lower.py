@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional, Set
 import gast
 
 from ..errors import UnsupportedSyntax
-from .captured import _MISSING, Reads, Slot, is_stable_module
+from . import hooks
+from .captured import _LIBRARY_PACKAGES, Closure, _MISSING, Reads, Slot, is_stable_module
 from .ir import Block, Branch, Call, Const, Function, Jump, Loc, Operand, Return, Stmt, Undef, Var
 from .prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Recursive, Replace, SetItem, Stacked, STACKED_FNS,
                     is_namedtuple_class)
@@ -222,21 +223,6 @@ class _Frame:
         self.exit: Optional[int] = None
 
 
-class Closure:
-    """A function defined inside differentiated code (``def`` or ``lambda``).
-
-    It is never a run-time value: calls to it are inlined, with its free variables
-    read from the frame that defined it.
-    """
-
-    def __init__(self, node, frame: _Frame, defaults: List[Any], kw_defaults: Dict[str, Any]):
-        self.node = node
-        self.frame = frame
-        self.defaults = defaults
-        self.kw_defaults = kw_defaults
-        self.__name__ = getattr(node, "name", "<lambda>")
-
-
 def _cells(pyfn) -> dict:
     """The closure cells of ``pyfn`` by free-variable name (read when the code is lowered,
     and again at every call for the arrays among them)."""
@@ -256,15 +242,12 @@ def source_of(pyfn) -> "_Source":
     return src
 
 
-# packages whose functions are never inlined: they are reached through rules
-_LIBRARY_PACKAGES = {"numpy", "numba", "math", "cmath", "builtins", "scipy", "zyg", "operator"}
 MAX_INLINE_DEPTH = 64
 
 
 def is_user_function(fn: Any) -> bool:
     """A Python function whose source zyg may inline (no rule, not a library function)."""
-    from ..rules import registry
-    if registry.lookup(fn) is not None or registry.is_nondifferentiable(fn):
+    if hooks.has_rule(fn):
         return False
     py = getattr(fn, "py_func", fn)
     if not isinstance(py, types.FunctionType) or hasattr(fn, "_zyg"):
@@ -790,9 +773,8 @@ class Lowerer:
                                    "use a flag variable set before 'break'")
         it = st.iter
         fn = self.static_value(it.func) if isinstance(it, gast.Call) else None
-        from ..rules.higher import checkpointed_range
-        if fn is checkpointed_range:
-            return self.checkpointed_loop(st, it)
+        if fn is not None and fn in hooks.LOOPS:
+            return self.checkpointed_loop(st, it, hooks.LOOPS[fn])
         if fn is builtins.range:
             if it.keywords or not 1 <= len(it.args) <= 3:
                 raise self.unsupported(it, "range() takes 1 to 3 positional arguments")
@@ -889,12 +871,10 @@ class Lowerer:
         self.seal(exit)
         self.cur = exit
 
-    def checkpointed_loop(self, st, it) -> None:
+    def checkpointed_loop(self, st, it, prims: "hooks.LoopPrims") -> None:
         """``for t in zyg.checkpointed_range(...)``: the body becomes a step function of the
         carried values and the values it reads; the loop one checkpointed call
         (``zyg/pullbacks/ckloop.py``) and one read-out per carried value."""
-        from ..pullbacks.ckloop import LoopRunner, PartRunner
-        from ..rules.higher import CkLoop, CkPart
         if not isinstance(st.target, gast.Name):
             raise self.unsupported(st.target, "the loop variable of checkpointed_range must be a plain name")
         if not 1 <= len(it.args) <= 2 or any(isinstance(a, gast.Starred) for a in it.args):
@@ -945,10 +925,10 @@ class Lowerer:
                     f_names.append(n)
                     f_ops.append(self.hidden_param(self.global_slot(n, fr)))
         step = self._step_function(st, t, carried, f_names)
-        runner = LoopRunner(step, len(carried), carried + f_names, self.src.loc(st))
-        z = self.emit(CkLoop(runner), [T, start, snaps] + c_ops + f_ops, st, "ckpt")
+        loop = prims.loop(step, len(carried), carried + f_names, self.src.loc(st))
+        z = self.emit(loop, [T, start, snaps] + c_ops + f_ops, st, "ckpt")
         for k, n in enumerate(carried):
-            v = self.emit(CkPart(PartRunner(k)), [z] + c_ops, st, n)
+            v = self.emit(prims.part(k), [z] + c_ops, st, n)
             if n in scan.stores:
                 self.write(n, self.cur, v)
             else:
@@ -1360,7 +1340,7 @@ class Lowerer:
             return r        # out.append(v), sum(out) (zyg/ssa/lists.py)
         if getattr(fn, "_zyg_accumulate", False) and len(node.args) == 2:
             # generated code transformed again: _zyg_acc(t, e) is t += reduce_like(e, t)
-            from ..pullbacks.arraytape import reduce_like
+            reduce_like = hooks.PRIMS["reduce_like"]
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             r = self.emit(reduce_like, [e, t], node)
             return self.inplace_update(node.args[0], operator.add, t, r, node)
@@ -1377,14 +1357,13 @@ class Lowerer:
         if is_reduction(fn, node):
             # sum(x[i] ** 2 for i in range(n)): a loop (zyg/ssa/desugar.py)
             return lower_reduction(self, fn, node, hint)
-        from ..rules.higher import checkpoint, hook
-        if fn is hook or fn is checkpoint:
-            return self.function_call_prim(fn, node, hint)
-        from ..rules.gradcall import lower_grad_call, transform_of
-        found = transform_of(self, fn, node)
-        if found is not None:
+        if fn is not None and fn in hooks.FUNCTION_PRIMS:
+            return self.function_call_prim(hooks.FUNCTION_PRIMS[fn], node, hint)
+        for lowering in hooks.CALL_LOWERINGS:
             # zyg.grad(g)(args) / dg(args): the primitive GradOf (rules/gradcall.py)
-            return lower_grad_call(self, found, node, hint)
+            got = lowering(self, fn, node, hint)
+            if got is not None:
+                return got
         if isinstance(fn, Closure) or (fn is not None and is_user_function(fn)) or \
                 isinstance(fn, types.MethodType) and is_user_function(fn.__func__):
             return self.inline(fn, node, hint)
@@ -1397,7 +1376,7 @@ class Lowerer:
         if is_namedtuple_class(fn):
             return self.namedtuple(fn, node, hint)
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr == "astype":
-            from ..rules.numpy_extra import astype
+            astype = hooks.PRIMS["astype"]
             dt = self.static_value(node.args[0]) if len(node.args) == 1 and not node.keywords else None
             if dt is None:
                 raise self.unsupported(node, "astype() is supported with one constant dtype",
@@ -1576,10 +1555,9 @@ class Lowerer:
                 vals[f] = self.python_value(defaults[f], node)
         return self.emit(MakeTuple(cls), [vals[f] for f in fields], node, hint)
 
-    def function_call_prim(self, fn, node, hint: str) -> Operand:
+    def function_call_prim(self, prim: "hooks.FunctionPrim", node, hint: str) -> Operand:
         """``zyg.hook(f, x)`` / ``zyg.checkpoint(f, *args)``: ``f`` bound statically."""
-        from ..rules.higher import Checkpointed, Hooked, hook
-        what = "hook" if fn is hook else "checkpoint"
+        what = prim.name
         if not node.args or node.keywords or any(isinstance(a, gast.Starred) for a in node.args):
             raise self.unsupported(node, f"zyg.{what}(f, ...) takes a function and positional arguments")
         f = self.function_value(node.args[0])
@@ -1588,11 +1566,10 @@ class Lowerer:
                                                  "defined at module level",
                                    "numba compiles it separately from the differentiated code")
         args = [self.expr(a) for a in node.args[1:]]
-        if fn is hook:
-            if len(args) != 1:
-                raise self.unsupported(node, "zyg.hook(f, x) takes one value")
-            return self.emit(Hooked(f), args, node, hint)
-        return self.emit(Checkpointed(unwrap(f)), args, node, hint)
+        if prim.nargs is not None and len(args) != prim.nargs:
+            raise self.unsupported(node, f"zyg.{what}(f, x) takes "
+                                         f"{'one value' if prim.nargs == 1 else f'{prim.nargs} values'}")
+        return self.emit(prim.make(f), args, node, hint)
 
     def recursive_call(self, fn, fdef, name: str, node, hint: str, defaults, kwdefaults) -> Operand:
         """A call of a function that is being inlined already: a real call, through the

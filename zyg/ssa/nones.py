@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gast
 
+from . import hooks
 from .ir import Const, Operand
 
 
@@ -25,9 +26,8 @@ def is_not_none(x):
 
 
 def _declare():
-    from ..rules.registry import declare_builtin_nondifferentiable
-    declare_builtin_nondifferentiable(is_none)
-    declare_builtin_nondifferentiable(is_not_none)
+    hooks.generated_nondifferentiable(is_none)
+    hooks.generated_nondifferentiable(is_not_none)
 
 
 _declare()

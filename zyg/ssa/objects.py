@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .captured import Slot
+from .captured import _LIBRARY_PACKAGES, Closure, Slot
 from .ir import Const, Operand
 from .prims import MakeTuple
 
@@ -25,7 +25,6 @@ _NUMBERS = (bool, int, float, complex, np.number)
 def is_instance_object(v: Any) -> bool:
     """A user object whose attributes differentiated code may read (not a module, a
     class, a function, a number, an array, or an object of a library)."""
-    from .lower import _LIBRARY_PACKAGES, Closure
     if v is None or isinstance(v, _NUMBERS + (np.ndarray, tuple, str, bytes, types.ModuleType, type,
                                               types.FunctionType, types.BuiltinFunctionType,
                                               types.MethodType, Closure)):

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import gast
 
+from . import hooks
 from .ir import Operand
 
 _RAISERS: Dict[Tuple[Any, str], Any] = {}
@@ -36,7 +37,6 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
     numba's nopython mode cannot do) is raised from a plain Python function called in
     numba's object mode.  Cached by exception class and source, so that a function
     lowered again reuses it."""
-    from ..rules.registry import declare_builtin_nondifferentiable
     params = [f"a{k}" for k in range(nparams)]
     # run-time values in the exception: raised by Python (numba's own exceptions with
     # run-time arguments do not survive its disk cache)
@@ -62,7 +62,7 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
         fn._zyg_kind = _none_kind
         # numba's disk cache keeps no environment for object mode: callers compile afresh
         fn._zyg_uncacheable = formats
-        declare_builtin_nondifferentiable(fn)
+        hooks.generated_nondifferentiable(fn)
         _RAISERS[key] = fn
     return fn
 

@@ -29,9 +29,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+import gast
+
+from .. import driver
+from ..caches import on_invalidate
+from ..compile import load, wrapper_for
+from ..driver import _grad_source_of_kinds, ssa_of
 from ..errors import TypeMismatch
+from ..rules import arrays as arules
+from ..ssa import hooks
 from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
+from ..ssa.captured import Closure
+from ..ssa.emit import _ident as ident, var_name
+from ..ssa.lower import unwrap
 from ..ssa.prims import Prim
+from .forward import Forward, check_forward_kinds
+from .transform import emit_split, plan
 
 
 class GradOf(Prim):
@@ -47,8 +60,7 @@ class GradOf(Prim):
         return (id(self.fn), self.argnum, self.nargs)
 
     def __call__(self, *args):
-        from ..api import grad
-        return grad(self.fn, argnums=self.argnum, target="python")(*args[:self.nargs])
+        return driver.transform(self.fn, self.argnum, "python", "grad", "")(*args[:self.nargs])
 
     def result_kind_of(self, kinds: Sequence[str]) -> Optional[str]:
         """The gradient has the kind of the argument it is taken w.r.t."""
@@ -81,7 +93,6 @@ class GradOf(Prim):
 
     def array_rule(self, em, st, active_ops: List[int]):
         """The reverse rule: the cotangent of operand ``j`` is a Hessian-vector product."""
-        from . import arrays as arules
         kinds = self.check(em, st)
         a = self.argnum
         names: Dict[int, str] = {}
@@ -106,7 +117,6 @@ def _err(st, msg: str, hint: Optional[str] = None) -> TypeMismatch:
 
 
 def _ident(fn: Any) -> str:
-    from ..ssa.emit import _ident as ident
     return ident(getattr(fn, "__name__", "f").replace("<lambda>", "lambda"))
 
 
@@ -125,10 +135,6 @@ _GRADS: Dict[Any, Callable] = {}
 def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable:
     """``h(*args) -> d g / d args[a]`` compiled for ``target`` (recording primal, then
     adjoint, in one generated function)."""
-    from ..api import _grad_source_of_kinds, ssa_of
-    from ..compile import load, wrapper_for
-    from ..pullbacks.transform import emit_split, plan
-    from ..ssa.emit import var_name
     key = (g, tuple(kinds), a, target, ssa_of(g).reads)
     fn = _GRADS.get(key)
     if fn is not None:
@@ -163,11 +169,6 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
     """``h(*args, *tangents) -> `` the derivative of ``d g / d args[b]`` in the direction
     of ``tangents`` (one per argument in ``on``): forward mode over the generated
     gradient source, compiled for ``target``."""
-    from ..api import _grad_source_of_kinds, ssa_of
-    from ..compile import load, wrapper_for
-    from ..pullbacks.forward import Forward, check_forward_kinds
-    from ..pullbacks.transform import plan
-    from ..ssa.emit import var_name
     key = (g, tuple(kinds), b, on, target, ssa_of(g).reads)
     fn = _TANGENTS.get(key)
     if fn is not None:
@@ -193,6 +194,7 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
     return fn
 
 
+@on_invalidate
 def clear_caches() -> None:
     """Forget the compiled functions (a rule was registered: ``g``'s derivatives change)."""
     _GRADS.clear()
@@ -201,19 +203,26 @@ def clear_caches() -> None:
 
 # -- lowering ---------------------------------------------------------------------------
 
+def _maker(obj: Any) -> Optional[str]:
+    """``"grad"`` / ``"value_and_grad"`` for ``zyg.grad`` / ``zyg.value_and_grad`` themselves
+    (``zyg/api.py`` marks them), else None."""
+    try:
+        m = getattr(obj, "_zyg_maker", None)
+    except Exception:
+        return None
+    return m if isinstance(m, str) else None
+
+
 def transform_of(lw, fn: Any, node) -> Optional[Tuple[str, Any, Any]]:
     """Is the call ``node`` (callee value ``fn``) a call of a zyg transform?  Returns
     ``(form, transform_or_maker, inner_call)`` or None."""
-    import gast
-    from .. import api
-    makers = (api.grad, api.value_and_grad)
     if fn is not None and not isinstance(fn, type) and hasattr(fn, "_zyg"):
         return ("global", fn, None)
     if isinstance(node.func, gast.Call):
         maker = lw.static_value(node.func.func)
-        if any(maker is m for m in makers):
+        if _maker(maker) is not None:
             return ("inline", maker, node.func)
-    if fn is not None and any(fn is m for m in makers):
+    if fn is not None and _maker(fn) is not None:
         return ("bare", fn, None)
     return None
 
@@ -221,9 +230,6 @@ def transform_of(lw, fn: Any, node) -> Optional[Tuple[str, Any, Any]]:
 def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
     """Lower ``G(*args)`` for a zyg transform ``G`` (a module-level ``dg = zyg.grad(g)``
     or ``zyg.grad(g, argnums=k)`` written in place) to ``GradOf(g, k)``."""
-    import gast
-    from .. import api
-    from ..ssa.lower import Closure, unwrap
     form, obj, inner = found
     usage = ("zyg.grad inside a differentiated function: call it on the arguments, "
              "zyg.grad(g)(x, ...) or dg(x, ...) with dg = zyg.grad(g) at module level")
@@ -241,7 +247,7 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
         g = spec.f
         where = node
     else:
-        if obj is not api.grad:
+        if _maker(obj) != "grad":
             raise lw.unsupported(inner, "zyg.value_and_grad inside a differentiated function is "
                                         "not supported; only zyg.grad is",
                                  "call zyg.grad(g) and g separately")
@@ -252,7 +258,7 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
         g = lw.function_value(inner.args[0])
         if isinstance(inner.args[0], gast.Call) and transform_of(lw, None, inner.args[0]) is None:
             maker = lw.static_value(inner.args[0].func)
-            if any(maker is m for m in (api.grad, api.value_and_grad)):
+            if _maker(maker) is not None:
                 g = maker     # zyg.grad(zyg.grad(h)): a transform of a transform
         argnode = inner.args[1] if len(inner.args) == 2 else None
         for k in inner.keywords:
@@ -267,7 +273,7 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
         raise lw.unsupported(where, "zyg.grad inside a differentiated function: the function must "
                                     "be defined outside the differentiated function",
                              "define g at module level (it is differentiated on its own)")
-    if hasattr(g, "_zyg") or any(g is m for m in (api.grad, api.value_and_grad)):
+    if hasattr(g, "_zyg") or _maker(g) is not None:
         raise lw.unsupported(where, "zyg.grad of a zyg transform inside a differentiated function "
                                     "(a third derivative) is not supported",
                              "differentiate a function that calls zyg.grad once")
@@ -289,7 +295,7 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
     args = [lw.expr(x) for x in node.args]
     # g's guards are guards of the calling code too, and the arrays g reads from its
     # closure and globals are passed on from the caller's hidden parameters
-    reads = api.ssa_of(py).reads
+    reads = ssa_of(py).reads
     lw.reads.merge(reads)
     args += [lw.hidden_param(s) for s in reads.hidden]
     return lw.emit(GradOf(py, int(argnums) % n, n), args, node, hint)
@@ -297,7 +303,6 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
 
 def _static_int(lw, node) -> Any:
     """A compile-time argnums: a literal, a negated literal, a tuple, or a global name."""
-    import gast
     if isinstance(node, gast.Constant):
         return node.value
     if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub) and \
@@ -310,3 +315,12 @@ def _static_int(lw, node) -> Any:
         raise lw.unsupported(node, "argnums of zyg.grad inside a differentiated function must be a "
                                    "constant")
     return v
+
+
+def _lower_call(lw, fn: Any, node, hint: str):
+    """The front end's hook: ``zyg.grad(g)(args)`` / ``dg(args)`` as the primitive GradOf."""
+    found = transform_of(lw, fn, node)
+    return None if found is None else lower_grad_call(lw, found, node, hint)
+
+
+hooks.CALL_LOWERINGS.append(_lower_call)

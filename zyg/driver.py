@@ -1,0 +1,739 @@
+"""The driver: specialisation, compilation and the caches of transformed functions.
+
+Every transformed function (``zyg.grad``, ``value_and_grad``, ``pullback``, and the nested
+transforms: a ``zyg.grad`` call inside differentiated code, a checkpointed loop, a
+recursive call) goes through this module.  It
+
+* builds the SSA of a function once (``ssa_of``, the front end's cached entry point),
+* works out the kinds of the arguments of a call (``_kinds``) and keys a cache on them,
+* for every new signature runs the activity analysis and the reverse transform
+  (``zyg.pullbacks.transform``), hands the generated module to the back end
+  (``zyg.compile``) and caches the compiled entry,
+* wraps entries in the guards of ``zyg.safety`` and the dispatch on static (function)
+  and array arguments.
+
+``zyg.api`` builds the public functions on top of it; the nested transforms call it
+directly (they sit above it: the transforms reach them through the hooks of
+``zyg.ssa.hooks`` and ``zyg.rules.higher``).
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import dicts as _dicts, safety
+from .caches import on_invalidate
+from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
+from .entry import adapt
+from .errors import TypeMismatch
+from .numerics import DEFERRED as _DEFERRED, ZeroCotangentRetry, raise_deferred as _raise_deferred
+from .pullbacks.transform import emit_fused, emit_split, plan
+from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
+from .ssa.build import ssa_of
+from .ssa.captured import hidden_kind_sig, make_caller
+from .ssa.emit import _ident
+from .ssa.ir import Function
+from .ssa.lower import unwrap
+from .ssa.tuples import flatten_value, unflatten
+
+_LIVE: "weakref.WeakSet[_Specializer]" = weakref.WeakSet()
+
+
+@on_invalidate
+def _invalidate_caches() -> None:
+    """Forget compiled specialisations (called when a rule is registered)."""
+    for s in list(_LIVE):
+        s.cache.clear()
+    _GRAD_SOURCES.clear()
+
+
+def _with_hidden(ir: Function, args: Sequence[Any]) -> tuple:
+    """``args`` followed by the current values of ``ir``'s hidden parameters (the arrays
+    it reads from closures, globals and defaults), each checked like an argument."""
+    if not ir.reads.hidden:
+        return tuple(args)
+    vals = ir.reads.values()
+    for s, v in zip(ir.reads.hidden, vals):
+        _check_arg(v, f"the array {s.name!r} that {ir.name} reads")
+    return tuple(args) + vals
+
+
+def _is_static(a: Any) -> bool:
+    """Arguments passed as functions: inlined into the transformed code, not differentiated."""
+    # None (an optional argument left at its default) is bound as a constant: ``x is None``
+    return a is None or callable(a) and not isinstance(a, (np.ndarray, np.generic, type))
+
+
+_ALLOWED = ("bool", "int", "float", "complex")
+_ARRAY_DTYPES = ("f8", "f4", "c16", "i8", "i4", "b1")
+
+
+def _kinds(args: Sequence[Any], fname: str) -> List[str]:
+    for i, a in enumerate(args):
+        _check_arg(a, f"argument {i} of {fname}")
+    return [kind_of_value(a) for a in args]
+
+
+def _check_native(args: Sequence[Any], fname: str) -> None:
+    """numba compiles arrays in the machine's byte order only: say so, not numba's typing error."""
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray) and not a.dtype.isnative:
+            raise TypeMismatch(
+                f"argument {i} of {fname} is a {a.dtype.name} array in non-native (big-endian) "
+                f"byte order, which numba cannot compile; pass a native copy, "
+                f"x.astype(x.dtype.newbyteorder('=')), or use target='python'")
+
+
+def _check_arg(a: Any, what: str) -> None:
+    if isinstance(a, tuple):
+        # tuples and namedtuples: their elements are checked (the gradient is a tuple)
+        for j, x in enumerate(a):
+            _check_arg(x, f"{what}[{j}]")
+        return
+    k = kind_of_value(a)
+    if isinstance(a, np.ndarray):
+        if a.dtype.str[1:] not in _ARRAY_DTYPES or not 1 <= a.ndim <= 3:
+            raise TypeMismatch(
+                f"{what} is a {a.ndim}-D {a.dtype} array; zyg differentiates "
+                f"float64, float32 and complex128 arrays of 1 to 3 dimensions (and reads int and "
+                f"bool arrays)")
+        return
+    if k not in _ALLOWED:
+        raise TypeMismatch(
+            f"{what} is a {type(a).__name__}; this version of zyg "
+            f"differentiates functions of float, complex, int and bool scalars, numpy "
+            f"arrays, and tuples and namedtuples of them")
+
+
+def _normalise_argnums(argnums: Union[int, Sequence[int]], nargs: int) -> Tuple[List[int], bool]:
+    single = isinstance(argnums, (int, np.integer))
+    nums = [int(argnums)] if single else [int(a) for a in argnums]
+    out = []
+    for a in nums:
+        if not -nargs <= a < nargs:
+            raise ValueError(f"argnums {a} out of range for a function of {nargs} arguments")
+        out.append(a % nargs)
+    return out, single
+
+
+class _Specializer:
+    """Builds and caches compiled code per argument-type signature."""
+
+    def __init__(self, f: Callable, argnums, target: str, mode: str,
+                 statics: Optional[Dict[int, Any]] = None):
+        self.statics = statics
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+        self.f = f
+        self.argnums = argnums
+        self.target = target
+        self.mode = mode
+        self.cache: Dict[Tuple[type, ...], Callable] = {}
+        self.name = _ident(getattr(unwrap(f), "__name__", "f").replace("<lambda>", "lambda"))
+        _LIVE.add(self)
+
+    def build(self, args: Sequence[Any]) -> Callable:
+        # first calls from several threads build one at a time (calls of built code do not lock)
+        with LOAD_LOCK:
+            key = _type_key(args)
+            got = self.cache.get(key)
+            if got is not None and not isinstance(got, (_StaticDispatch, _ArrayDispatch)):
+                return got
+            if self.target == "cpu":
+                from .numerics import install_sigint_guard
+                install_sigint_guard()
+            return self._build(args, key)
+
+    def _build(self, args: Sequence[Any], key) -> Callable:
+        if self.statics is None and any(_is_static(a) for a in args):
+            disp = self.cache.get(key)
+            if not isinstance(disp, _StaticDispatch):
+                disp = self.cache[key] = _StaticDispatch(self)
+            disp.entry_for(args)
+            return disp
+        if any(isinstance(a, (np.ndarray, tuple)) for a in args):
+            disp = self.cache.get(key)
+            if not isinstance(disp, _ArrayDispatch):
+                disp = self.cache[key] = _ArrayDispatch(self)
+            disp.entry_for(args)
+            return disp
+        entry = self.build_entry(args)
+        self.cache[key] = entry
+        return entry
+
+    def build_entry(self, args: Sequence[Any]) -> Callable:
+        ir = ssa_of(self.f, self.statics)
+        if len(args) != ir.nargs:
+            raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments "
+                            f"but {len(args)} were given")
+        kinds = _kinds(args, ir.name)
+        if self.target != "python":
+            _check_native(args, ir.name)
+        full = _with_hidden(ir, args)
+        kinds += [kind_of_value(a) for a in full[len(args):]]
+        wrap = wrapper_for(self.target)
+        self._args = full
+        if self.mode == "pullback":
+            entry = self._build_pullback(ir, kinds, wrap)
+        else:
+            entry = self._build_grad(ir, kinds, wrap)
+        self._args = None
+        if ir.reads:
+            entry = _guarded(entry, ir.reads, hidden_kind_sig(full[len(args):]), self)
+        return entry
+
+    def rebuild(self, args: Sequence[Any]) -> Any:
+        """A guard failed (a helper, global or captured value changed): forget every
+        specialisation of this function, lower it again and call it."""
+        self.cache.clear()
+        return self.build(args)(*args)
+
+    def _build_grad(self, ir: Function, kinds: List[str], wrap) -> Callable:
+        wrt, single = _normalise_argnums(self.argnums, ir.nargs)
+        value = self.mode == "value_and_grad"
+        p = plan(ir, kinds, wrt, self.target)
+        if p.ret_kind == "complex":
+            raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns a complex number; grad "
+                               "and value_and_grad need a real output (as JAX's grad without "
+                               "holomorphic=True)",
+                               hint="differentiate a real loss such as abs(z) ** 2 or z.real, or use "
+                                    "zyg.pullback(f, x) and pass a complex dy to back (docs/complex.md)")
+        if is_array(p.ret_kind) or is_tuple(p.ret_kind):
+            what = "an array" if is_array(p.ret_kind) else "a tuple"
+            raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns {what}; grad and "
+                               "value_and_grad need a scalar output",
+                               hint="reduce it (np.sum, a loss), or use zyg.pullback(f, x) and pass an "
+                                    "array dy to back")
+        fname = f"{self.name}_{'vg' if value else 'grad'}"
+        if p.flat is not None:
+            self._args = tuple(_flatten_args(self._args, p.flat.param_trees))
+        target = self.target
+
+        def make(zero_guards: bool, args):
+            name = fname if not zero_guards else fname + "_z"
+            _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, wrap, value=value,
+                                                                     zero_guards=zero_guards)
+            loaded, path, locs = load(code, ns.ns, parts + [name], target, name)
+            fn = loaded[-1]
+            if stacks:
+                fn = _pooled(fn, stacks, value)
+            else:
+                fn = _fast(_checked(fn, path, locs, ir.name), args)
+            if stacks and target == "cpu":
+                _checked(fn.compiled, path, locs, ir.name).compile_for(
+                    tuple(args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
+            return fn, diffable, retry
+
+        # zero-cotangent tests inside loops cost up to 1.6x on tight loops; the gradient runs
+        # without them and, in the rare case that a gradient comes out nan (which is when
+        # leaving them out can matter), again with them, compiled then (docs/numerics.md).
+        # Not on python: speed matters less there than numpy's warnings for the 0 * inf
+        fn, diffable, retry = make(target == "python", self._args)
+        if retry:
+            fn = _with_zero_guards(fn, lambda args: make(True, args)[0])
+        fn = safety.guard_grad(fn, self.mode, p, ir)
+        if p.flat is not None:
+            return _flat_entry(fn, p.flat, wrt, diffable, single, value)
+        if single:
+            if wrt[0] in diffable:
+                return fn
+            if value:
+                return lambda *a: (fn(*a)[0], None)
+            return lambda *a: None
+        # tuple argnums: None for non-differentiable entries
+        slots = [diffable.index(i) if i in diffable else None for i in wrt]
+        n = len(diffable)
+
+        def post(g):
+            g = g if isinstance(g, tuple) or n != 1 else (g,)
+            return tuple(None if s is None else g[s] for s in slots)
+        if value:
+            return lambda *a: _vg_post(fn(*a), post)
+        return lambda *a: post(fn(*a))
+
+    def _build_pullback(self, ir: Function, kinds: List[str], wrap) -> Callable:
+        wrt = list(range(ir.nargs))      # not the hidden parameters
+        nhidden = len(ir.params) - ir.nargs
+        p = plan(ir, kinds, wrt, self.target)
+        flat = p.flat
+        if flat is not None:
+            self._args = tuple(_flatten_args(self._args, flat.param_trees))
+            kinds = [flat.kinds[q.id] for q in p.fn.params]
+        stem = f"{self.name}_pullback"
+        code, ns, tape, mutates = emit_split(p, stem, wrap)
+        (prim, adj), path, locs = load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
+                                       self.target, stem)
+        prim = _fast(_checked(prim, path, locs, ir.name), self._args)
+        adj = _checked(adj, path, locs, ir.name)
+        guard = safety.for_plan(self.mode, p, ir)
+        slots = [i for i, k in enumerate(kinds[:len(kinds) - nhidden]) if differentiable(k)]
+        nargs = len(kinds)
+        nuser = ir.nargs
+        ret_array = is_array(p.ret_kind)
+        ret_complex = p.ret_kind == "complex"
+
+        adj_state = [adj]
+
+        def run(*args):
+            if flat is not None:
+                args = _flatten_args(args, flat.param_trees)
+            y, tp, st = guard.primal(prim, args) if guard else (*prim(*args), None)
+            calls = [0]
+
+            def back(dy=1.0):
+                """Cotangents of every positional argument (None for ints and bools)."""
+                if flat is not None and flat.ret_tree is not None:
+                    dyv = _flat_cotangent(dy, y, flat.ret_tree, ir.name)
+                elif ret_array:
+                    dyv = np.zeros_like(y) if dy is None else np.asarray(dy, dtype=y.dtype)
+                    if dyv.shape != y.shape:
+                        raise TypeMismatch(f"back() of {ir.name}: dy has shape {dyv.shape}, the output "
+                                           f"has shape {y.shape}")
+                else:
+                    if dy is None:
+                        dy = 0.0
+                    dyv = complex(dy) if ret_complex else float(dy)
+                if mutates and calls[0]:
+                    raise TypeMismatch(f"back() of {ir.name} was already called: {ir.name} writes into "
+                                       "arrays and the first back() rewound them",
+                                       hint="call zyg.pullback again for another cotangent")
+                calls[0] += 1
+                a = adj_state[0]
+                if isinstance(a, _FirstCall):
+                    a = adj_state[0] = a.compile_for(tuple(tp) + (dyv,))
+                gs = guard.back(a, tp, dyv, st) if guard else a(*tp, dyv)
+                out: List[Any] = [None] * nargs
+                for s, g in zip(slots, gs):
+                    out[s] = g if isinstance(g, np.ndarray) else \
+                        complex(g) if kinds[s] == "complex" else float(g)
+                if flat is not None:
+                    return _regroup(out, flat.param_trees)[:nuser]
+                return tuple(out[:nuser])
+            if flat is not None and flat.ret_tree is not None:
+                return unflatten(flat.ret_tree, list(y))[0], back
+            return y, back
+        return run
+
+
+def _with_zero_guards(fast: Callable, make: Callable) -> Callable:
+    """``fast`` (a fused gradient without in-loop zero-cotangent tests), falling back to
+    ``make(args)``, the variant with them, when ``fast`` raises ZeroCotangentRetry."""
+    slow: List[Callable] = []
+
+    def run(*args):
+        try:
+            return fast(*args)
+        except ZeroCotangentRetry:
+            pass
+        if not slow:
+            with LOAD_LOCK:
+                if not slow:
+                    slow.append(make(args))
+        return slow[0](*args)
+    run.compiled = getattr(fast, "compiled", fast)
+    return run
+
+
+def _guarded(fn, reads, sig, spec) -> Callable:
+    """A specialisation of a function that reads values besides its arguments: checks
+    the guards of what was compiled in, passes the captured arrays' current values as
+    hidden trailing arguments, and rebuilds when either no longer matches."""
+    def slow(args):
+        return spec.rebuild(args)
+    call = make_caller(reads, fn, sig, slow)
+    call.compiled = getattr(fn, "compiled", fn)    # what runs behind the guards
+    return call
+
+
+class _StaticDispatch:
+    """Cache entry for calls with function arguments: one specialiser per tuple of
+    functions passed (they are inlined), called with the other arguments."""
+
+    __slots__ = ("spec", "entries")
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.entries: Dict[Any, Callable] = {}
+
+    def entry_for(self, args) -> Callable:
+        statics = {i: a for i, a in enumerate(args) if _is_static(a)}
+        k = tuple(statics.items())
+        e = self.entries.get(k)
+        if e is None:
+            with LOAD_LOCK:
+                e = self.entries.get(k)
+                if e is None:
+                    e = self.entries[k] = self._make(statics, len(args))
+        return e
+
+    def _make(self, statics: Dict[int, Any], nargs: int) -> Callable:
+        outer = self.spec
+        dyn = [i for i in range(nargs) if i not in statics]
+        pos = {i: j for j, i in enumerate(dyn)}
+        mode = outer.mode
+        if mode == "pullback":
+            nums, single = [], False
+            sub_argnums = 0
+        else:
+            nums, single = _normalise_argnums(outer.argnums, nargs)
+            kept = [pos[i] for i in nums if i in pos]
+            sub_argnums = tuple(kept) if kept else (0 if dyn else ())
+        sub = _Specializer(outer.f, sub_argnums, outer.target, mode, statics)
+
+        def call(*d):
+            fn = sub.cache.get(_type_key(d))
+            if fn is None:
+                fn = sub.build(d)
+            return fn(*d)
+        value = mode == "value_and_grad"
+
+        def grads(g):
+            per = dict(zip([i for i in nums if i in pos], g if nums and any(i in pos for i in nums)
+                           else ()))
+            out = tuple(per.get(i) for i in nums)
+            return out[0] if single else out
+        if mode == "pullback":
+            def run(*a):
+                y, back = call(*[a[i] for i in dyn])
+
+                def back2(dy=1.0):
+                    gs = back(dy)
+                    out = [None] * nargs
+                    for i, g in zip(dyn, gs):
+                        out[i] = g
+                    return tuple(out)
+                return y, back2
+            return run
+        if value:
+            return lambda *a: (lambda r: (r[0], grads(r[1])))(call(*[a[i] for i in dyn]))
+        return lambda *a: grads(call(*[a[i] for i in dyn]))
+
+    def __call__(self, *args):
+        statics = tuple((i, a) for i, a in enumerate(args) if _is_static(a))
+        e = self.entries.get(statics)
+        if e is None:
+            e = self.entry_for(args)
+        return e(*args)
+
+
+class _ArrayDispatch:
+    """Cache entry for argument tuples with arrays: the generated code depends on each
+    array's dtype and number of dimensions, which ``type()`` does not show."""
+
+    __slots__ = ("spec", "entries")
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.entries: Dict[Any, Callable] = {}
+
+    @staticmethod
+    def key(args) -> Any:
+        return tuple((a.dtype.num, a.ndim) if isinstance(a, np.ndarray)
+                     else kind_of_value(a) if isinstance(a, tuple) else type(a) for a in args)
+
+    def entry_for(self, args) -> Callable:
+        k = self.key(args)
+        e = self.entries.get(k)
+        if e is None:
+            with LOAD_LOCK:
+                e = self.entries.get(k)
+                if e is None:
+                    e = self.entries[k] = self.spec.build_entry(args)
+        return e
+
+    def __call__(self, *args):
+        e = self.entries.get(self.key(args))
+        if e is None:
+            e = self.entry_for(args)
+        return e(*args)
+
+
+def _flatten_args(args, trees) -> List[Any]:
+    out: List[Any] = []
+    for a, t in zip(args, trees):
+        if t is None:
+            out.append(a)
+        else:
+            out += flatten_value(a)
+    return out
+
+
+def _regroup(leaf_vals: List[Any], trees) -> tuple:
+    """Per-parameter values (tuples rebuilt, namedtuples of their class) from per-leaf ones."""
+    out, pos = [], 0
+    for t in trees:
+        v, pos = unflatten(t, leaf_vals, pos)
+        out.append(v)
+    return tuple(out)
+
+
+def _flat_entry(fn, flat, wrt: List[int], diffable: List[int], single: bool, value: bool):
+    """The gradient entry for functions with tuple arguments: flatten in, regroup out."""
+    trees = flat.param_trees
+    nleaf = sum(len(ix) for ix in flat.leaf_of)
+    n = len(diffable)
+
+    def grads(g):
+        g = g if isinstance(g, tuple) and n != 1 else (g,)
+        vals: List[Any] = [None] * nleaf
+        for j, x in zip(diffable, g):
+            vals[j] = x
+        per = _regroup(vals, trees)
+        return per[wrt[0]] if single else tuple(per[i] for i in wrt)
+    if value:
+        def vg(*a):
+            r = fn(*_flatten_args(a, trees))
+            return r[0], grads(r[1])
+        return vg
+    return lambda *a: grads(fn(*_flatten_args(a, trees)))
+
+
+def _flat_cotangent(dy, y, shape, fname: str) -> tuple:
+    """The leaves of a tuple cotangent ``dy`` for the flat output ``y`` (None: zero)."""
+    if dy is None or (isinstance(dy, float) and dy == 1.0 and shape is not None):
+        dy = None
+    leaves: List[Any] = []
+
+    def walk(d, sh, pos):
+        if sh is None:
+            yv = y[pos]
+            if d is None:
+                leaves.append(np.zeros_like(yv) if isinstance(yv, np.ndarray) else type(yv)(0))
+            elif isinstance(yv, np.ndarray):
+                dv = np.asarray(d, dtype=yv.dtype)
+                if dv.shape != yv.shape:
+                    raise TypeMismatch(f"back() of {fname}: a dy entry has shape {dv.shape}, the "
+                                       f"output has shape {yv.shape}")
+                leaves.append(dv)
+            else:
+                leaves.append(complex(d) if isinstance(yv, complex) else float(d))
+            return pos + 1
+        subs = sh[2]
+        if d is not None and (not isinstance(d, tuple) or len(d) != len(subs)):
+            raise TypeMismatch(f"back() of {fname}: the output is a tuple of {len(subs)} entries; "
+                               f"dy must be a tuple of the same structure (None for a zero entry)")
+        for k, s in enumerate(subs):
+            pos = walk(None if d is None else d[k], s, pos)
+        return pos
+    walk(dy, shape, 0)
+    return tuple(leaves)
+
+
+def _dtype(dt: str):
+    return getattr(np, dt.split(".")[-1])
+
+
+class _pooled:
+    """Calls a fused gradient whose tape buffers are kept between calls.
+
+    A pool (not a single slot) keeps this correct under recursion and threads:
+    each call takes buffers from the pool or allocates small ones, and returns
+    the (possibly grown) buffers afterwards.
+    """
+    __slots__ = ("compiled", "stacks", "value", "pool", "fresh")
+
+    def __init__(self, compiled, stacks, value):
+        self.compiled = compiled
+        self.stacks = stacks
+        self.value = value
+        self.pool: list = []
+        self.fresh = lambda: tuple(np.empty(64, _dtype(dt)) for _, dt in stacks)
+
+    def __call__(self, *args):
+        pool = self.pool
+        bufs = pool.pop() if pool else self.fresh()
+        r = self.compiled(*args, *bufs)
+        if _DEFERRED[0]:
+            _raise_deferred()       # Ctrl-C during the call (zyg/numerics.py)
+        if self.value:
+            pool.append(r[2:])
+            return r[0], r[1]
+        pool.append(r[1:])
+        return r[0]
+
+
+def _vg_post(r, post):
+    return r[0], post(r[1])
+
+
+def _checked(fn: Callable, path: str, locs, fname: str) -> Callable:
+    """Compiled ``fn`` with numba errors on its first compilation mapped to CompileError."""
+    if not hasattr(fn, "py_func"):
+        return fn
+    return _FirstCall(fn, path, locs, fname)
+
+
+class _FirstCall:
+    """Compiles a numba dispatcher for the argument types of its first call,
+    turning numba's typing errors into :class:`~zyg.errors.CompileError`."""
+
+    def __init__(self, fn, path, locs, fname):
+        self.fn = fn
+        self.path = path
+        self.locs = locs
+        self.fname = fname
+
+    def compile_for(self, args) -> Callable:
+        import numba
+        import numba.core.errors as nerr
+        try:
+            compile_for_types(self.fn, tuple(numba.typeof(a) for a in args))
+        except nerr.NumbaError as e:
+            raise compile_error(e, self.path, self.locs, self.fname) from None
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as e:
+            # an internal numba failure while typing the generated code: still a zyg error
+            raise compile_error(e, self.path, self.locs, self.fname) from e
+        return self.fn
+
+    def __call__(self, *args):
+        self.compile_for(args)
+        return self.fn(*args)
+
+
+def _fast(entry: Callable, args) -> Callable:
+    """Compile now if needed and return the bare callable to cache."""
+    if isinstance(entry, _FirstCall):
+        return entry.compile_for(args)
+    return entry
+
+
+def _type_key(args) -> Any:
+    """Cache key of an argument tuple: the type of a single argument, else the tuple of types."""
+    if len(args) == 1:
+        return type(args[0])
+    return tuple([type(a) for a in args])
+
+
+def _fast_wrapper(pyf, cache, slow) -> Callable:
+    """A Python wrapper of fixed arity: the type lookup costs ~50 ns instead of
+    ~250 ns for ``tuple(map(type, args))`` on a ``*args`` wrapper."""
+    code = getattr(pyf, "__code__", None)
+    n = code.co_argcount if code is not None and not (code.co_flags & 0x0C) else None
+    if n is None or n > 8 or pyf.__defaults__ or code.co_kwonlyargcount:
+        def g(*args):
+            fn = cache.get(_type_key(args))
+            if fn is None:
+                return slow(args)
+            return fn(*args)
+        return g
+    names = list(code.co_varnames[:n])
+    if any(nm in ("cache", "slow", "fn", "type", "r", "deferred", "raise_deferred") for nm in names):
+        names = [f"a{i}" for i in range(n)]
+    params = ", ".join(names)
+    if n == 1:
+        key = f"type({names[0]})"
+    else:
+        key = "(" + ", ".join(f"type({a})" for a in names) + ("," if n == 1 else "") + ")"
+    src = (f"def g({params}):\n"
+           f"    fn = cache.get({key})\n"
+           f"    if fn is None:\n"
+           f"        return slow(({params}{',' if n == 1 else ''}))\n"
+           f"    r = fn({params})\n"
+           f"    if deferred[0]:\n"
+           f"        raise_deferred()\n"
+           f"    return r\n")
+    ns = {"cache": cache, "slow": slow, "deferred": _DEFERRED, "raise_deferred": _raise_deferred}
+    exec(src, ns)
+    return ns["g"]
+
+
+def transform(f, argnums, target: str, mode: str, doc: str) -> Callable:
+    """The callable ``grad(f)`` / ``value_and_grad(f)`` returns (``mode``): a dict lookup on
+    the argument types, then the compiled specialisation (built on the first call)."""
+    f, binder = adapt(f)
+    spec = _Specializer(f, argnums, target, mode)
+    cache = spec.cache
+
+    def slow(args):
+        if _dicts.has_dict(args):
+            # dict arguments (zyg/dicts.py): never in the cache, so only these calls pay
+            args = tuple(_dicts.to_tuples(a) for a in args)
+            return _dicts.to_dicts(spec.build(args)(*args))
+        entry = spec.build(args)
+        return entry(*args)
+    g = _fast_wrapper(unwrap(f), cache, slow)
+    if binder is not None:
+        # defaults, keywords, a method's object or a partial's values (zyg/entry.py)
+        g = binder.wrap(g, getattr(unwrap(f), "__name__", "f"))
+    functools.update_wrapper(g, unwrap(f) if binder is None else binder.fn)
+    # not a transparent wrapper: zyg must not differentiate g as if it were f
+    del g.__wrapped__
+    g.__doc__ = doc
+    g._zyg = spec
+    return g
+
+
+_PULLBACKS: Dict[Tuple[Any, str], _Specializer] = {}
+
+
+def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callable]:
+    """Run ``f(*args)`` and return ``(y, back)``; ``back(dy)`` gives one cotangent per
+    positional argument (None for ints and bools).  ``back`` may be called many times."""
+    f, binder = adapt(f)
+    if binder is not None:
+        args = binder.bind(args, {}, getattr(unwrap(f), "__name__", "f"))
+    key = (unwrap(f), target)
+    spec = _PULLBACKS.get(key)
+    if spec is None:
+        with LOAD_LOCK:
+            spec = _PULLBACKS.get(key)
+            if spec is None:
+                spec = _PULLBACKS[key] = _Specializer(f, 0, target, "pullback")
+    entry = spec.cache.get(_type_key(args))
+    if entry is None:
+        entry = spec.build(args)
+    return entry(*args)
+
+
+_GRAD_SOURCES: Dict[Any, Callable] = {}
+
+
+def _grad_source(f: Callable, args: Sequence[Any], argnum: int) -> Callable:
+    """A plain Python function (generated source on disk) computing the gradient of ``f``
+    w.r.t. argument ``argnum`` at arguments of these kinds: the recording primal, then
+    the adjoint.  zyg can transform it again (forward over reverse)."""
+    ir = ssa_of(f)
+    return _grad_source_of_kinds(f, _kinds(_with_hidden(ir, args), ir.name), argnum)
+
+
+def _full_args(f: Callable, args: Sequence[Any]) -> tuple:
+    """``args`` and the hidden arguments of ``f`` (the innermost function of a transform)."""
+    while hasattr(f, "_zyg"):
+        f = f._zyg.f
+    return _with_hidden(ssa_of(f), args)
+
+
+def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Callable:
+    """:func:`_grad_source` for arguments of these kinds."""
+    from .ssa.emit import var_name
+    ir = ssa_of(f)
+    kinds = list(kinds)
+    key = (unwrap(f), tuple(kinds), argnum, ir.reads)
+    fn = _GRAD_SOURCES.get(key)
+    if fn is not None:
+        return fn
+    if any(is_tuple(k) for k in kinds):
+        raise TypeMismatch(f"{ir.name}: higher-order derivatives of functions of tuples are not "
+                           "supported yet")
+    if len(kinds) != len(ir.params):
+        raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments")
+    p = plan(ir, kinds, [argnum], "python")
+    if not differentiable(kinds[argnum]):
+        raise TypeMismatch(f"argument {argnum} of {ir.name} is not differentiable ({kinds[argnum]})")
+    if not (p.ret_kind == "float"):
+        raise TypeMismatch(f"{ir.name} must return a real number for a Hessian (it returns {p.ret_kind})")
+    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_d{argnum}"
+    code, ns, tape, mutates = emit_split(p, stem, lambda o: o)
+    params = [var_name(q) for q in p.fn.params]
+    code.add(0, "")
+    code.add(0, f"def {stem}_grad({', '.join(params)}):")
+    code.add(1, f'"""Gradient of {ir.name} w.r.t. argument {argnum} (for forward-over-reverse)."""')
+    code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
+    code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
+    code.add(1, "return _g[0]")
+    (fn,), _, _ = load(code, ns.ns, [stem + "_grad"], "python", stem)
+    _GRAD_SOURCES[key] = fn
+    return fn
