@@ -60,7 +60,8 @@ def function_as_value(x):
 
 
 def uses_list(x):
-    a = [x, x]  # noqa: F841
+    a = [x, x]
+    a[0] = 2.0 * x
     return x
 
 
@@ -169,8 +170,7 @@ def walrus(x):
 
 
 def comprehension(x):
-    s = math.fsum([x * i for i in range(3)])
-    return s
+    return [x * i for i in range(3)]
 
 
 NUMPY_MODULE = math
@@ -189,7 +189,7 @@ UNSUPPORTED = [
     (writes_global, "global G", "'Global' statements are not supported", "globals"),
     (calls_star_callee, "takes_star(x)", "has *args or **kwargs parameters", "explicit parameters"),
     (function_as_value, "f + 1.0", "the function 'f' is used as a value", "called"),
-    (uses_list, "[x, x]", "'List' expressions are not supported", "lists"),
+    (uses_list, "a[0] = 2.0 * x", "assigning to an element of the list 'a'", "append"),
     (for_else, "for i in range(3)", "'for ... else' is not supported", "flag"),
     (while_else, "while x < 3.0", "'while ... else' is not supported", "flag"),
     (range_step_zero, "range(0, 4, 0)", "step must not be zero", None),
@@ -205,7 +205,7 @@ UNSUPPORTED = [
     (function_reassigned, "def h(t)", "'h' is both a nested function and a variable", "own name"),
     (bitwise, "n & 1", "operator BitAnd is not supported", "bitwise"),
     (walrus, "y := x", "'NamedExpr' expressions are not supported", "separate assignment"),
-    (comprehension, "[x * i", "'ListComp' expressions are not supported", "explicit loop"),  # fsum of a list
+    (comprehension, "return [x * i", "returning a list comprehension is not supported", "np.array"),
     (global_module_value, "NUMPY_MODULE", "global 'NUMPY_MODULE' of type module", "numbers"),
 ]
 

@@ -10,3 +10,4 @@ from . import special  # noqa: F401  (scipy.special and numpy's scalar ufunc for
 from . import numpy_extra  # noqa: F401  (statistics, sorting, shapes; the scalar np.clip rule)
 from . import linalg  # noqa: F401,E402  (linear algebra rules and result kinds)
 from . import dispatch  # noqa: F401,E402  (the array-rule lookup over the modules above)
+from . import lists  # noqa: F401,E402  (the primitive of list.append)

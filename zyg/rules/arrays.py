@@ -271,7 +271,10 @@ def _axis(c: Ctx, pos: int = 1) -> Optional[int]:
         raise _RuleError("the axis must be a constant")
     if ax is None:
         return None
-    return ax + c.nd(0) if ax < 0 else ax
+    ax = ax + c.nd(0) if ax < 0 else ax
+    # axis 0 of a 1-D array is all of it: the result is a number, which numba cannot
+    # np.expand_dims (sum(out) of a list is np.sum(out, axis=0), zyg/ssa/lists.py)
+    return None if ax == 0 and c.nd(0) == 1 else ax
 
 
 class _RuleError(Exception):

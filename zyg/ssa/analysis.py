@@ -221,6 +221,8 @@ def result_kind(fn: Any, kinds: Tuple[str, ...], consts: Tuple[Any, ...] = (),
     """Kind of ``fn(*args, **kwargs)`` for operands of the given kinds, by evaluating on
     samples; ``consts[i]`` is the value of operand i when it is a constant (else
     ``_NOCONST``); the last ``len(kwnames)`` operands are keyword arguments."""
+    if getattr(fn, "accepts_undef", False):
+        return fn.result_kind_of(kinds)     # appending to an empty list (zyg/ssa/lists.py)
     if any(k in ("undef",) for k in kinds):
         return "undef"
     if any(k == "object" for k in kinds):

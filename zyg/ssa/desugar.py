@@ -3,7 +3,7 @@
 ``sum(x[i] ** 2 for i in range(n))``, ``sum([f(v) for v in xs])``, ``max(... for ...)``
 and ``min(...)`` become the loop a person would write::
 
-    acc = 0                     # sum: the start value; min/max: the first element
+    acc = <first element>       # sum(..., start): the start value
     for i in range(n):          # each 'for' clause a loop, each 'if' a test
         acc = acc + x[i] ** 2
 
@@ -76,17 +76,22 @@ def lower_reduction(low, fn, node, hint: str) -> Operand:
     acc, first = f"_zyg_acc{k}", f"_zyg_first{k}"
     low.f.locals |= set(names.values()) | {acc, first}
     elt = comp.elt
-    if fn is builtins.sum:
+    if fn is builtins.sum and len(node.args) == 2:
         update = [gast.Assign(targets=[_name(acc, True)],
                               value=gast.BinOp(left=_name(acc), op=gast.Add(), right=elt),
                               type_comment=None)]
     else:
-        # the first element starts the reduction; Python raises on an empty sequence
+        # the first element starts the reduction (Python's min/max raise on an empty
+        # sequence).  sum starts there too rather than at 0: its terms may be arrays,
+        # whose kind an int start would not join; an empty sum is the zero of the kind
         cur = f"_zyg_e{k}"
         low.f.locals.add(cur)
-        keep = gast.Call(func=gast.Name(id=fn.__name__, ctx=gast.Load(), annotation=None,
-                                        type_comment=None),
-                         args=[_name(acc), _name(cur)], keywords=[])
+        if fn is builtins.sum:
+            keep = gast.BinOp(left=_name(acc), op=gast.Add(), right=_name(cur))
+        else:
+            keep = gast.Call(func=gast.Name(id=fn.__name__, ctx=gast.Load(), annotation=None,
+                                            type_comment=None),
+                             args=[_name(acc), _name(cur)], keywords=[])
         update = [gast.Assign(targets=[_name(cur, True)], value=elt, type_comment=None),
                   gast.If(test=_name(first),
                           body=[gast.Assign(targets=[_name(acc, True)], value=_name(cur),
@@ -106,9 +111,8 @@ def lower_reduction(low, fn, node, hint: str) -> Operand:
             if hasattr(n, "lineno") or isinstance(n, (gast.stmt, gast.expr)):
                 if getattr(n, "lineno", None) is None:
                     gast.copy_location(n, node)
-    if fn is builtins.sum:
-        start = low.expr(node.args[1]) if len(node.args) == 2 else Const(0)
-        low.write(acc, low.cur, start)
+    if fn is builtins.sum and len(node.args) == 2:
+        low.write(acc, low.cur, low.expr(node.args[1]))
     else:
         low.write(first, low.cur, Const(True))
     low.stmts(body)

@@ -74,7 +74,7 @@ _UNSUPPORTED_EXPR_HINTS = {
     "Yield": "generators cannot be differentiated",
     "YieldFrom": "generators cannot be differentiated",
     "Await": "async code is not supported",
-    "ListComp": "comprehensions are supported as the argument of sum/min/max; otherwise write an explicit loop",
+    "ListComp": "list comprehensions are supported; this one is in an unsupported place",
     "SetComp": "comprehensions are not supported; write an explicit loop",
     "DictComp": "comprehensions are not supported; write an explicit loop",
     "GeneratorExp": "generator expressions are supported as the argument of sum/min/max; otherwise write an explicit loop",
@@ -511,6 +511,9 @@ class Lowerer:
         self.expr(st.value)
 
     def stmt_Assign(self, st) -> None:
+        from .lists import assign as list_assign
+        if list_assign(self, st):
+            return      # out = [], out = [... for ...] (zyg/ssa/lists.py)
         targets = st.targets
         if len(targets) == 1 and isinstance(targets[0], gast.Name):
             fv = self.function_value(st.value)
@@ -610,6 +613,8 @@ class Lowerer:
         op = _BINOPS.get(type(st.op))
         if op is None:
             raise self.unsupported(st, f"operator {type(st.op).__name__} is not supported")
+        from .lists import augassign as list_augassign
+        list_augassign(self, st)
         if isinstance(st.target, gast.Subscript) and isinstance(st.target.value, gast.Attribute) \
                 and st.target.value.attr == "flat":
             raise self.unsupported(st, "writing through a.flat is not supported",
@@ -793,7 +798,8 @@ class Lowerer:
         if fn is builtins.enumerate:
             if len(it.args) != 1 or it.keywords:
                 raise self.unsupported(it, "enumerate() takes one argument here")
-            seqs = [self.expr(it.args[0])]
+            from .lists import sequence
+            seqs = [sequence(self, it.args[0])]
             targets = st.target.elts if isinstance(st.target, gast.Tuple) else None
             if targets is None or len(targets) != 2:
                 raise self.unsupported(st.target, "unpack enumerate() into two names: for i, v in enumerate(a)")
@@ -801,7 +807,8 @@ class Lowerer:
         elif fn is builtins.zip:
             if not it.args or it.keywords:
                 raise self.unsupported(it, "zip() takes arrays here")
-            seqs = [self.expr(a) for a in it.args]
+            from .lists import sequence
+            seqs = [sequence(self, a) for a in it.args]     # range() becomes np.arange
             targets = st.target.elts if isinstance(st.target, gast.Tuple) else None
             if targets is None or len(targets) != len(seqs):
                 raise self.unsupported(st.target, f"unpack zip() into {len(seqs)} names")
@@ -849,6 +856,8 @@ class Lowerer:
         self.cur = body
         bind(self.read(counter, body), body)
         self.loops.append(_Loop(latch, exit))
+        self.loops[-1].trip = (start, stop, step)   # bounds the lists it appends to (lists.py)
+        self.loops[-1].node = st
         self.stmts(st.body)
         self.loops.pop()
         if self.cur is not None:
@@ -992,6 +1001,8 @@ class Lowerer:
         self.jump(self.loops[-1].cont)
 
     def stmt_Return(self, st) -> None:
+        from .lists import check_return
+        check_return(self, st)
         v = self.expr(st.value, "ret") if st.value is not None else Const(None)
         self.write(".ret", self.cur, v)
         self.jump(self.exit)
@@ -1096,7 +1107,14 @@ class Lowerer:
                                "numbers or arrays")
 
     def expr_Name(self, node, hint) -> Operand:
+        from .lists import is_list, view
+        if is_list(self, node.id):
+            return view(self, node.id, node)     # a list local: its buffer's filled rows
         return self.read_name(node)
+
+    def expr_ListComp(self, node, hint) -> Operand:
+        from .lists import comprehension_value
+        return comprehension_value(self, node, hint)
 
     def global_slot(self, name: str, fr: _Frame) -> Optional[Slot]:
         """Where the free name ``name`` of frame ``fr`` is read from (None: a builtin)."""
@@ -1316,6 +1334,10 @@ class Lowerer:
             fn = self.make_closure(node.func)
         else:
             fn = self.static_value(node.func)
+        from .lists import call as list_call
+        r = list_call(self, fn, node, hint)
+        if r is not None:
+            return r        # out.append(v), sum(out) (zyg/ssa/lists.py)
         if getattr(fn, "_zyg_accumulate", False) and len(node.args) == 2:
             # generated code transformed again: _zyg_acc(t, e) is t += reduce_like(e, t)
             reduce_like = hooks.PRIMS["reduce_like"]

@@ -1,0 +1,298 @@
+"""Local lists (``out = []``, ``out.append(v)``) and list comprehensions, lowered to arrays.
+
+A list local of the differentiated function is two SSA variables: a **buffer** (an
+array whose first axis holds the elements, with room to spare) and its **length**
+``n`` (an int).  The list as a value is the view ``buffer[:n]``, so everything zyg does
+with arrays works on it unchanged: ``out[i]`` and ``out[-1]``, ``len(out)``,
+``for v in out``, ``enumerate``/``zip``, ``np.array(out)`` (a copy), ``np.sum(out)``,
+``np.mean(out)``.  ``sum/min/max(out)`` are ``np.sum/np.min/np.max`` over the first axis.
+
+``out.append(v)`` is one primitive, ``ListPush`` (``zyg/rules/lists.py``), a pure function of the old
+buffer, the length and ``v`` (its result equals the old buffer with row ``n`` set to
+``v``).  Its implementation writes in place while the buffer has room, which no one
+can observe: a list only grows, and rows below ``n`` never change.  The first push
+allocates the buffer with the length the enclosing counted loops give (``range``,
+arrays, ``enumerate``, ``zip``), so a list built in a loop is one allocation; a push
+beyond the reserved room reallocates (doubling).  Its pullback hands ``dy[n]`` to
+``v`` and the rest of ``dy`` to the old buffer.  The backward pass costs O(room) per
+push, so building a list of ``n`` elements is O(n^2) in the adjoint (cheap below a
+few thousand elements; preallocate an array for longer ones).
+
+A list comprehension is the loop a person would write (``tmp = []; for ...:
+tmp.append(e)``), lowered by the ordinary statement lowering.
+
+What a list cannot do here, with a message saying so: escape (``return out``,
+``b = out`` aliasing), element assignment (``out[i] = v``), the other list methods
+(``extend``, ``pop``, ``insert`` ...), and growing inside a ``while`` loop when it is
+differentiated (the buffer then changes shape between iterations).
+"""
+from __future__ import annotations
+
+import builtins
+import copy
+import itertools
+from typing import Any, Dict, Optional, Set
+
+import gast
+import numpy as np
+
+from . import hooks
+from .ir import Const, Operand, Undef
+from .prims import GetItem
+
+_COUNT = itertools.count()
+
+_OTHER_METHODS = ("extend", "pop", "insert", "remove", "clear", "sort", "reverse", "index",
+                  "count", "copy")
+
+
+def trip_count(start, stop, step):
+    """The number of iterations of ``range(start, stop, step)``."""
+    if step > 0:
+        return max(0, (stop - start + step - 1) // step)
+    return max(0, (start - stop - step - 1) // (-step))
+
+
+# -- which names are lists --------------------------------------------------------------
+def _scan(node) -> Set[str]:
+    """Names a function assigns a list literal or a list comprehension to."""
+    out: Set[str] = set()
+    body = node.body if isinstance(node.body, list) else [node.body]
+    stack = list(body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        if isinstance(n, gast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], gast.Name) \
+                and isinstance(n.value, (gast.List, gast.ListComp)):
+            out.add(n.targets[0].id)
+        elif isinstance(n, gast.AnnAssign) and isinstance(n.target, gast.Name) and \
+                isinstance(n.value, (gast.List, gast.ListComp)):
+            out.add(n.target.id)
+        stack.extend(gast.iter_child_nodes(n))
+    return out
+
+
+class _State:
+    def __init__(self):
+        self.names: Dict[int, Set[str]] = {}      # id(frame) -> list names
+        self.depth: Dict[str, int] = {}           # prefixed name -> loop depth of creation
+
+
+def _state(low) -> _State:
+    st = low.__dict__.get("_zyg_lists")
+    if st is None:
+        st = low.__dict__["_zyg_lists"] = _State()
+    return st
+
+
+def _names(low) -> Set[str]:
+    s = _state(low)
+    names = s.names.get(id(low.f))
+    if names is None:
+        w = low.f.what
+        node = w if isinstance(w, gast.AST) else low.src.node
+        names = s.names[id(low.f)] = _scan(node)
+    return names
+
+
+def is_list(low, name: str) -> bool:
+    """Is ``name`` a list local of the frame being lowered?"""
+    if name not in _names(low):
+        return False
+    where, _ = low.resolve(name)
+    return where == "var"
+
+
+def _is_list_node(low, node) -> bool:
+    return isinstance(node, gast.Name) and is_list(low, node.id)
+
+
+# -- lowering ---------------------------------------------------------------------------
+def view(low, name: str, node) -> Operand:
+    """The list ``name`` as a value: its buffer's first ``n`` rows."""
+    buf = low.read(name, low.cur)
+    n = low.read(name + ".n", low.cur)
+    if isinstance(buf, Undef):
+        raise low.unsupported(node, f"the list {name!r} is used before anything is appended to it",
+                              "zyg needs the first element to know the list's kind; append before "
+                              "reading, or use an array")
+    return low.emit(GetItem(("s",)), [buf, Const(None), n, Const(None)], node, name)
+
+
+def create(low, name: str, node) -> None:
+    """``name = []``: an empty list (no buffer yet, length 0)."""
+    low.write(name, low.cur, Undef())
+    low.write(name + ".n", low.cur, Const(0))
+    _state(low).depth[low.f.prefix + name] = len(low.loops)
+
+
+def push(low, name: str, value: Operand, node) -> None:
+    """``name.append(value)``."""
+    import operator
+    buf = low.read(name, low.cur)
+    n = low.read(name + ".n", low.cur)
+    depth = _state(low).depth.get(low.f.prefix + name, 0)
+    # room for every push the enclosing counted loops can still make (a bound: pushes under
+    # an 'if' or before a 'break' make fewer)
+    cap: Operand = Const(1)
+    unbounded = False
+    exits = any(isinstance(s, (gast.Break, gast.Return)) for lp in low.loops[depth:]
+                if getattr(lp, "node", None) is not None for s in gast.walk(lp.node))
+    for lp in low.loops[depth:]:
+        trip = getattr(lp, "trip", None)
+        if trip is None:
+            unbounded = True    # a while loop: no bound; the buffer grows by doubling
+            break
+        t = low.emit(trip_count, list(trip), node)
+        cap = t if isinstance(cap, Const) and cap.value == 1 else low.emit(operator.mul, [cap, t], node)
+    cap = low.emit(operator.add, [n, cap], node) if not (isinstance(n, Const) and n.value == 0) else cap
+    old = Const(0) if isinstance(buf, Undef) else low.emit(builtins.len, [buf], node)
+    new = low.emit(hooks.PRIMS["list.append"](unbounded, name, exits), [buf, n, value, cap, old], node, name)
+    low.write(name, low.cur, new)
+    low.write(name + ".n", low.cur, low.emit(operator.add, [n, Const(1)], node))
+
+
+def _rename_comp(low, comp):
+    from .desugar import _Rename, _targets
+    comp = copy.deepcopy(comp)
+    k = next(_COUNT)
+    names: Dict[str, str] = {}
+    for g in comp.generators:
+        if getattr(g, "is_async", 0):
+            raise low.unsupported(comp, "async comprehensions are not supported")
+        found: list = []
+        _targets(g.target, found)
+        for n in found:
+            names[n] = f"_zyg_l{k}_{n}"
+    low.f.locals |= set(names.values())
+    return _Rename(names).visit(comp)
+
+
+def _name(id_: str, store: bool = False):
+    return gast.Name(id=id_, ctx=gast.Store() if store else gast.Load(), annotation=None,
+                     type_comment=None)
+
+
+def fill(low, name: str, comp, node) -> None:
+    """``name = [elt for ... in ... if ...]``: an empty list, then the loops pushing ``elt``."""
+    comp = _rename_comp(low, comp)
+    create(low, name, node)
+    body = [gast.Expr(value=gast.Call(
+        func=gast.Attribute(value=_name(name), attr="append", ctx=gast.Load()),
+        args=[comp.elt], keywords=[]))]
+    for g in reversed(comp.generators):
+        for cond in reversed(g.ifs):
+            body = [gast.If(test=cond, body=body, orelse=[])]
+        body = [gast.For(target=g.target, iter=g.iter, body=body, orelse=[], type_comment=None)]
+    for st in body:
+        for n in gast.walk(st):
+            if isinstance(n, (gast.stmt, gast.expr)) and getattr(n, "lineno", None) is None:
+                gast.copy_location(n, node)
+    low.stmts(body)
+
+
+def comprehension_value(low, node, hint: str) -> Operand:
+    """A list comprehension used as a value (``np.array([f(v) for v in xs])``): a
+    temporary list, filled by its loops; the value is the list's view."""
+    tmp = f"_zyg_list{next(_COUNT)}"
+    _names(low).add(tmp)
+    low.f.locals.add(tmp)
+    fill(low, tmp, node, node)
+    return view(low, tmp, node)
+
+
+def assign(low, st) -> bool:
+    """Assignments that involve lists (``out = []``, ``out = [a, b]``, ``out = [... for ...]``,
+    ``out = np.array(out)``); False when ``st`` is none of them."""
+    tgts = st.targets
+    val = st.value
+    for t in tgts:
+        if isinstance(t, gast.Subscript) and _is_list_node(low, t.value):
+            raise low.unsupported(st, f"assigning to an element of the list {t.value.id!r} is not "
+                                      "supported", "build the list with append, or use an array: "
+                                      "out = np.zeros(n); out[i] = v")
+    if _is_list_node(low, val) and not (len(tgts) == 1 and isinstance(tgts[0], gast.Name)
+                                         and tgts[0].id == val.id):
+        raise low.unsupported(st, f"the list {val.id!r} is given a second name; zyg's lists "
+                                  "cannot be aliased", f"use {val.id!r} itself, or a copy: "
+                                  f"np.array({val.id})")
+    if not (len(tgts) == 1 and isinstance(tgts[0], gast.Name) and is_list(low, tgts[0].id)):
+        return False
+    name = tgts[0].id
+    if isinstance(val, gast.List):
+        create(low, name, st)
+        for e in val.elts:
+            if isinstance(e, gast.Starred):
+                raise low.unsupported(e, "'*' unpacking in a list literal is not supported")
+            push(low, name, low.expr(e), e)
+        return True
+    if isinstance(val, gast.ListComp):
+        fill(low, name, val, st)
+        return True
+    # out = np.array(out) and the like: the name now holds an array, seen as a full list
+    v = low.expr(val, name)
+    low.write(name, low.cur, v)
+    low.write(name + ".n", low.cur, low.emit(builtins.len, [v], st))
+    return True
+
+
+def augassign(low, st) -> None:
+    """Reject ``out += [...]`` and ``out[i] += v`` on lists (the message says what to write)."""
+    t = st.target
+    if _is_list_node(low, t):
+        raise low.unsupported(st, f"'{t.id} += ...' on a list is not supported",
+                              f"append the elements one by one: {t.id}.append(v)")
+    if isinstance(t, gast.Subscript) and _is_list_node(low, t.value):
+        raise low.unsupported(st, f"assigning to an element of the list {t.value.id!r} is not "
+                                  "supported", "build the list with append, or use an array: "
+                                  "out = np.zeros(n); out[i] += v")
+
+
+def check_return(low, st) -> None:
+    """A list cannot leave the function: say so at the ``return``."""
+    v = st.value
+    parts = list(v.elts) if isinstance(v, (gast.Tuple, gast.List)) else [v]
+    for n in parts:
+        if isinstance(n, gast.ListComp) or _is_list_node(low, n):
+            what = "a list comprehension" if isinstance(n, gast.ListComp) else f"the list {n.id!r}"
+            raise low.unsupported(st, f"returning {what} is not supported: lists are local to "
+                                      "differentiated code", "return an array: np.array(...)")
+
+
+def call(low, fn: Any, node, hint: str) -> Optional[Operand]:
+    """Calls that involve list locals: ``out.append(v)``, the other list methods (rejected),
+    ``sum/min/max(out)``.  None for any other call."""
+    f = node.func
+    if isinstance(f, gast.Attribute) and _is_list_node(low, f.value):
+        name = f.value.id
+        if f.attr == "append":
+            if len(node.args) != 1 or node.keywords or isinstance(node.args[0], gast.Starred):
+                raise low.unsupported(node, "append() takes one value")
+            push(low, name, low.expr(node.args[0]), node)
+            return Const(None)
+        what = f"{name}.{f.attr}()"
+        raise low.unsupported(node, f"{what} is not supported on lists in differentiated code",
+                              "lists support append, len, indexing, iteration, sum/min/max and "
+                              "np.array(...)" + (f"; append in a loop: for v in xs: {name}.append(v)"
+                                                 if f.attr == "extend" else ""))
+    if fn in (builtins.sum, builtins.min, builtins.max) and node.args and \
+            _is_list_node(low, node.args[0]) and not node.keywords and \
+            len(node.args) <= (2 if fn is builtins.sum else 1):
+        v = view(low, node.args[0].id, node.args[0])
+        npfn = {builtins.sum: np.sum, builtins.min: np.min, builtins.max: np.max}[fn]
+        r = low.emit(npfn, [v], node, hint, {"axis": Const(0)})
+        if len(node.args) == 2:
+            import operator
+            r = low.emit(operator.add, [low.expr(node.args[1]), r], node, hint)
+        return r
+    return None
+
+
+def sequence(low, node) -> Operand:
+    """An argument of ``zip``/``enumerate`` in a ``for``: ``range(...)`` becomes the array
+    ``np.arange(...)`` (ints, not differentiated); anything else is lowered as usual."""
+    if isinstance(node, gast.Call) and not node.keywords and 1 <= len(node.args) <= 3 and \
+            low.static_value(node.func) is builtins.range:
+        return low.emit(np.arange, [low.expr(a) for a in node.args], node)
+    return low.expr(node)
