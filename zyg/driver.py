@@ -682,6 +682,15 @@ def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callabl
             spec = _PULLBACKS.get(key)
             if spec is None:
                 spec = _PULLBACKS[key] = _Specializer(f, 0, target, "pullback")
+    if _dicts.has_dict(args):
+        # dict arguments (zyg/dicts.py): their cotangents are dicts of the same keys
+        args = tuple(_dicts.to_tuples(a) for a in args)
+        y, back = spec.build(args)(*args)
+
+        def back_dicts(dy=1.0):
+            return _dicts.to_dicts(back(dy))
+        back_dicts.__doc__ = back.__doc__
+        return _dicts.to_dicts(y), back_dicts
     entry = spec.cache.get(_type_key(args))
     if entry is None:
         entry = spec.build(args)

