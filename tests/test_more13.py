@@ -149,3 +149,137 @@ def test_second_order_and_jacobian_of_a_dict_are_refused(api, target):
     assert f"zyg.{api}" in msg and "argument 0 is a dict" in msg, msg
     assert "separate arguments" in msg and "zyg.jvp / zyg.pullback" in msg, msg
     _assert_names_def(ei.value, "", "def dict_" )
+
+
+# -- 2. read-only and big-endian array arguments --------------------------------------------
+
+def sum_sq_loop(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] ** 2 * x[0]
+    return s
+
+
+def scaled(x, w):
+    return np.sum(np.sin(x) * w[0]) + w[1] * x[0]
+
+
+def fills(x, y):
+    for i in range(x.shape[0]):
+        y[i] = x[i] * 2.0
+    return np.sum(y * x)
+
+
+def scales_in_place(x, y):
+    y *= 2.0
+    return np.sum(y * x)
+
+
+X4 = np.array([0.5, -1.0, 2.0, 0.3])
+W2 = np.array([1.3, -0.7])
+_SQ = {t: zyg.grad(sum_sq_loop, target=t) for t in TARGETS}
+_FILLS = {t: zyg.grad(fills, (0, 1), target=t) for t in TARGETS}
+
+
+def _readonly(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def _odd_arrays():
+    """Arrays as real code passes them: read-only, broadcast (stride 0), big-endian, and
+    big-endian read-only (a memory-mapped file written on another machine)."""
+    bc = np.broadcast_to(np.array([1.5]), (3,))
+    be_ro = X4.astype(">f8")
+    be_ro.flags.writeable = False
+    return {"read-only": _readonly(X4), "broadcast": bc, "big-endian": X4.astype(">f8"),
+            "big-endian read-only": be_ro}
+
+
+@pytest.mark.parametrize("kind", ["read-only", "broadcast", "big-endian", "big-endian read-only"])
+def test_unusual_array_read(kind, target):
+    x = _odd_arrays()[kind]
+    before = x.copy()
+    ref = fd_vec(sum_sq_loop, np.array(x, dtype=float))
+    G = _SQ[target]
+    G(np.array(x, dtype=float))                 # a native entry exists first: the cached path
+    g = G(x)
+    close(g, ref)
+    assert g.flags.writeable and not np.shares_memory(g, x)
+    np.testing.assert_array_equal(x, before)
+    y, back = zyg.pullback(sum_sq_loop, x, target=target)
+    assert y == pytest.approx(sum_sq_loop(before), rel=1e-14)
+    (gp,) = back(1.0)
+    close(gp, ref)
+    t = np.linspace(0.3, -0.6, x.shape[0])
+    _, ty = zyg.jvp(sum_sq_loop, (x,), (t,), target=target)
+    close(ty, ref @ t)
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("kind", ["read-only", "big-endian"])
+def test_unusual_array_second_order_and_tuple(kind, target):
+    x = _odd_arrays()[kind]
+    xn = np.array(x, dtype=float)
+    H = zyg.hessian(sum_sq_loop, target=target)(x)
+    close(H, fd_vec(lambda v: fd_vec(sum_sq_loop, v, 1e-5), xn, 1e-5), rtol=1e-5, atol=1e-6)
+    v = np.array([0.2, -0.1, 0.4, 1.0])
+    close(zyg.hvp(sum_sq_loop, x, v, target=target), H @ v, rtol=1e-12, atol=1e-12)
+    w = W2.astype(">f8") if kind == "big-endian" else _readonly(W2)
+    gx, gw = zyg.grad(scaled, (0, 1), target=target)(x, w)
+    close(gx, fd_vec(lambda t: scaled(t, W2), xn))
+    close(gw, fd_vec(lambda t: scaled(xn, t), W2))
+
+
+def pair_loss(pr):
+    return np.sum(pr[0] * pr[1] ** 2)
+
+
+def test_big_endian_inside_a_tuple(target):
+    a, b = X4.astype(">f8"), np.array([0.1, 0.2, -0.3, 0.4])
+    G = zyg.grad(pair_loss, target=target)
+    G((X4.copy(), b))
+    ga, gb = G((a, b))
+    close(ga, fd_vec(lambda t: pair_loss((t, b)), X4))
+    close(gb, fd_vec(lambda t: pair_loss((X4, t)), b))
+
+
+def _assert_write_error(e, line, what):
+    msg = str(e)
+    assert not isinstance(e, zyg.CompileError), msg
+    assert e.filename == __file__ and line in msg, msg
+    assert "writes into argument 1 ('y')" in msg and what in msg, msg
+    assert "hint:" in msg
+
+
+def test_read_only_argument_written_is_refused(target):
+    G = _FILLS[target]
+    gx, gy = G(X4, X4.copy())                     # compiled for writable arrays first
+    close(gx, fd_vec(lambda t: fills(t, X4.copy()), X4))
+    ro = _readonly(X4)
+    for call in (lambda: G(X4, ro), lambda: zyg.grad(fills, (0, 1), target=target)(X4, ro),
+                 lambda: zyg.pullback(fills, X4, ro, target=target)):
+        with pytest.raises(zyg.TypeMismatch) as ei:
+            call()
+        _assert_write_error(ei.value, "y[i] = x[i] * 2.0", "read-only")
+        assert "y.copy()" in str(ei.value)
+    with pytest.raises(zyg.TypeMismatch) as ei:
+        zyg.value_and_grad(scales_in_place, target=target)(X4, np.broadcast_to(W2[:1], (4,)))
+    _assert_write_error(ei.value, "y *= 2.0", "read-only")
+
+
+def test_big_endian_argument_written():
+    # python: numpy writes big-endian arrays itself, so it just works
+    y = X4.astype(">f8")
+    gx, gy = _FILLS["python"](X4, y)
+    close(gx, fd_vec(lambda t: fills(t, X4.copy()), X4))
+    close(gy, fd_vec(lambda t: fills(X4, t), X4.copy()))
+    # cpu: a native copy could not carry the write back to the caller's array
+    for call in (lambda: _FILLS["cpu"](X4, X4.astype(">f8")),
+                 lambda: zyg.pullback(scales_in_place, X4, X4.astype(">f8"), target="cpu")):
+        with pytest.raises(zyg.TypeMismatch) as ei:
+            call()
+        assert "newbyteorder('=')" in str(ei.value)
+        line = "y[i] = x[i] * 2.0" if "fills" in str(ei.value) else "y *= 2.0"
+        _assert_write_error(ei.value, line, "big-endian")

@@ -16,8 +16,8 @@ from . import dicts as _dicts, safety
 from .caches import invalidate, on_invalidate
 from .compile import TARGETS, load, wrapper_for
 from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
-                     _grad_source, _kinds, _normalise_argnums, _with_hidden, pullback, ssa_of,
-                     transform)
+                     _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
+                     pullback, ssa_of, to_native, transform)
 from .errors import TypeMismatch
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
@@ -136,6 +136,10 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         primals = tuple(_dicts.to_tuples(a) for a in primals)
         y, ty = jvp(f, primals, tangents, target=target)
         return _dicts.to_dicts(y), _dicts.to_dicts(ty)
+    if target != "python" and has_foreign(primals + tangents):
+        # numba compiles native byte order only; forward mode writes into copies anyway
+        primals = tuple(to_native(a) for a in primals)
+        tangents = tuple(to_native(a) for a in tangents)
     py = unwrap(f)
     name = getattr(py, "__name__", "f")
     kinds = _kinds(primals, name)
@@ -290,6 +294,9 @@ def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
     without forming the Hessian: forward mode over the reverse-mode gradient (one pass)."""
     args = (x,) + tuple(rest)
     _refuse_dicts("hvp", f, args)
+    if target != "python":
+        args = tuple(to_native(a) for a in args)
+        x = args[0]
     slot = _second_order(f, args, 0, target)
     if isinstance(x, np.ndarray):
         v = np.asarray(v, dtype=x.dtype)
@@ -310,6 +317,8 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
     def h(*args):
         a = int(argnums) % len(args)
         _refuse_dicts("hessian", f, args)
+        if target != "python":
+            args = tuple(to_native(a) for a in args)
         x = args[a]
         if isinstance(x, np.ndarray) and x.ndim != 1:
             raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
