@@ -283,3 +283,32 @@ def test_big_endian_argument_written():
         assert "newbyteorder('=')" in str(ei.value)
         line = "y[i] = x[i] * 2.0" if "fills" in str(ei.value) else "y *= 2.0"
         _assert_write_error(ei.value, line, "big-endian")
+
+
+# -- 3. math.lgamma (and math.gamma) ----------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [math.lgamma, math.gamma], ids=lambda f: f.__name__)
+def test_gamma_rules_through_the_rule_checker(fn, target):
+    from rulecheck import check_rule, sample_points
+    from zyg.rules import registry
+    pts = sample_points(registry.lookup(fn))
+    assert len(pts) >= 2
+    pts = pts + [(-0.45,), (-1.6,)]          # negative non-integers: digamma's reflection branch
+    for p in pts:
+        check_rule(fn, *p, target=target)
+
+
+def beta_loglik(a, b, x):
+    """Log-likelihood of Beta(a, b) data, as statistics code writes it with math.lgamma."""
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += (a - 1.0) * math.log(x[i]) + (b - 1.0) * math.log(1.0 - x[i])
+    n = x.shape[0]
+    return s - n * (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+
+
+def test_lgamma_in_a_likelihood(target):
+    x = np.array([0.2, 0.55, 0.7, 0.35])
+    ga, gb = zyg.grad(beta_loglik, (0, 1), target=target)(2.5, 1.7, x)
+    close(ga, fd_vec(lambda a: beta_loglik(a, 1.7, x), 2.5))
+    close(gb, fd_vec(lambda b: beta_loglik(2.5, b, x), 1.7))
