@@ -312,3 +312,40 @@ def test_lgamma_in_a_likelihood(target):
     ga, gb = zyg.grad(beta_loglik, (0, 1), target=target)(2.5, 1.7, x)
     close(ga, fd_vec(lambda a: beta_loglik(a, 1.7, x), 2.5))
     close(gb, fd_vec(lambda b: beta_loglik(2.5, b, x), 1.7))
+
+
+# -- 4. np.convolve with a mode string ------------------------------------------------------------
+
+CONV_SHAPES = [(6, 3), (3, 5), (4, 4), (5, 2)]
+
+
+@pytest.mark.parametrize("mode", [None, "full", "same", "valid", "kw-same"])
+@pytest.mark.parametrize("shapes", CONV_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_convolve_rule_checker(mode, shapes, target):
+    from arraycheck import Lit, check_array_rule
+    rng = np.random.default_rng(sum(shapes))
+    a, v = rng.normal(size=shapes[0]), rng.normal(size=shapes[1])
+    if mode is None:
+        check_array_rule(np.convolve, [a, v], target=target)
+    elif mode == "kw-same":
+        check_array_rule(np.convolve, [a, v], {"mode": "same"}, target=target)
+    else:
+        check_array_rule(np.convolve, [a, v, Lit(mode)], target=target)
+
+
+def conv_bad_mode(x, k):
+    return np.sum(np.convolve(x, k, "circular"))
+
+
+@pytest.mark.parametrize("f, text, line", [
+    # numpy itself rejects the mode while zyg infers the result's type: the message names the
+    # call, not the mode (a mode that is not a constant string gets the rule's own message)
+    (conv_bad_mode, "np.convolve(...) here", "np.convolve(x, k, \"circular\")"),
+])
+def test_convolve_refusals(f, text, line, target):
+    x = np.ones(4)
+    with pytest.raises(zyg.ZygError) as ei:
+        zyg.grad(f, target=target)(x, np.ones(2))
+    msg = str(ei.value)
+    assert text in msg and line in msg and ei.value.filename == __file__, msg
+    assert not isinstance(ei.value, zyg.CompileError)
