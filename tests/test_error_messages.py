@@ -259,8 +259,6 @@ def test_read_only_argument_read(target):
     np.testing.assert_allclose(zyg.grad(sum_squares, target=target)(ro), 2.0 * X4, rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="a read-only array written by the function: numba's typing "
-                                       "error (CompileError) on cpu; Python's ValueError on python")
 def test_read_only_argument_written(target):
     ro = X4.copy()
     ro.flags.writeable = False

@@ -246,7 +246,7 @@ def test_all_errors_are_zyg_errors():
 
 
 def no_rule(x):
-    return math.lgamma(x) * x
+    return math.remainder(x, 0.7) * x
 
 
 def test_no_adjoint_names_function_line_and_suggests_a_rule():
@@ -254,17 +254,17 @@ def test_no_adjoint_names_function_line_and_suggests_a_rule():
         zyg.grad(no_rule)(1.5)
     e = ei.value
     assert e.filename == HERE
-    assert e.lineno == line_of(no_rule, "lgamma")
+    assert e.lineno == line_of(no_rule, "remainder")
     msg = str(e)
-    assert "no adjoint rule for math.lgamma" in msg
+    assert "no adjoint rule for math.remainder" in msg
     assert f'File "{HERE}", line {e.lineno}' in msg
-    assert "return math.lgamma(x) * x" in msg
-    assert "@zyg.adjoint(math.lgamma)" in e.hint and "zyg.nondifferentiable" in e.hint
+    assert "return math.remainder(x, 0.7) * x" in msg
+    assert "@zyg.adjoint(math.remainder)" in e.hint and "zyg.nondifferentiable" in e.hint
     assert "zyg.stop_gradient" in e.hint
 
 
 def helper_calling_c(x):
-    return math.lgamma(x) + x
+    return math.remainder(x, 0.7) + x
 
 
 def calls_user_function(x):
@@ -279,13 +279,13 @@ def test_no_adjoint_inside_a_user_function_names_the_callee_line():
             zyg.grad(calls_user_function, target=target)(1.5)
         e = ei.value
         assert e.filename == HERE
-        assert e.lineno == line_of(helper_calling_c, "math.lgamma(x) + x")
-        assert "math.lgamma" in str(e)
+        assert e.lineno == line_of(helper_calling_c, "math.remainder(x, 0.7) + x")
+        assert "math.remainder" in str(e)
         assert "@zyg.adjoint(" in e.hint
 
 
 def test_no_adjoint_in_pullback():
-    with pytest.raises(zyg.NoAdjoint, match="math.lgamma"):
+    with pytest.raises(zyg.NoAdjoint, match="math.remainder"):
         zyg.pullback(no_rule, 1.5, target="python")
 
 

@@ -213,6 +213,7 @@ rule(np.roll, U((6,)), Lit(-3))
 rule(np.roll, U((3, 4)), Lit(5))
 rule(np.roll, U((3, 4)), Lit(1), kw={"axis": 0}, cpu=True)
 rule(np.roll, U((3, 4)), Lit(-1), kw={"axis": 1})
+rule(np.convolve, U((6,)), U((3,)), Lit("same"), cpu=True)     # all modes: tests/test_more13.py
 rule(np.flip, U((6,)))
 rule(np.flip, U((3, 4)))
 rule(np.flip, U((3, 4)), kw={"axis": 0})

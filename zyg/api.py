@@ -12,12 +12,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import safety
+from . import dicts as _dicts, safety
 from .caches import invalidate, on_invalidate
 from .compile import TARGETS, load, wrapper_for
 from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
-                     _grad_source, _kinds, _normalise_argnums, _with_hidden, pullback, ssa_of,
-                     transform)
+                     _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
+                     pullback, ssa_of, to_native, transform)
 from .errors import TypeMismatch
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
@@ -127,6 +127,19 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         raise TypeMismatch(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+    if _dicts.has_dict(primals):
+        # dict arguments (zyg/dicts.py): their tangents are dicts of the same keys
+        code = getattr(unwrap(f), "__code__", None)
+        where = (code.co_filename, code.co_firstlineno) if code else (None, None)
+        tangents = tuple(_dicts.tangent_like(t, x, f"argument {i}", where)
+                         for i, (t, x) in enumerate(zip(tangents, primals)))
+        primals = tuple(_dicts.to_tuples(a) for a in primals)
+        y, ty = jvp(f, primals, tangents, target=target)
+        return _dicts.to_dicts(y), _dicts.to_dicts(ty)
+    if target != "python" and has_foreign(primals + tangents):
+        # numba compiles native byte order only; forward mode writes into copies anyway
+        primals = tuple(to_native(a) for a in primals)
+        tangents = tuple(to_native(a) for a in tangents)
     py = unwrap(f)
     name = getattr(py, "__name__", "f")
     kinds = _kinds(primals, name)
@@ -195,6 +208,26 @@ def _as_tangent(t: Any, x: Any) -> Any:
     return 0.0 if t is None else float(t)
 
 
+def _refuse_dicts(api: str, f: Callable, args: Sequence[Any], only: Optional[int] = None) -> None:
+    """A clear error for a dict argument where ``api`` does not take one (``only``: the
+    position of the differentiated argument, the others may be dicts)."""
+    pos = [only] if only is not None else range(len(args))
+    i = next((j for j in pos if _dicts.has_dict((args[j],))), None)
+    if i is None:
+        return
+    py = unwrap(f)
+    code = getattr(py, "__code__", None)
+    name = getattr(py, "__name__", "f")
+    which = " as the differentiated argument" if only is not None else ""
+    raise TypeMismatch(
+        f"zyg.{api}({name}): argument {i} is a dict (or holds one); zyg.{api} does not take "
+        f"dict arguments{which} (zyg.grad, value_and_grad, pullback and jvp do)",
+        code.co_filename if code else None, code.co_firstlineno if code else None,
+        hint=f"write {name} as a function of the dict's entries as separate arguments "
+             f"(params['w'] -> w) and take zyg.{api} of that, or build the derivative from "
+             f"zyg.jvp / zyg.pullback, which take dict arguments")
+
+
 _HESS: Dict[Any, list] = {}
 
 
@@ -260,6 +293,10 @@ def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
     """Hessian-vector product ``H(x) @ v`` of a real function ``f(x, *rest)`` w.r.t. ``x``,
     without forming the Hessian: forward mode over the reverse-mode gradient (one pass)."""
     args = (x,) + tuple(rest)
+    _refuse_dicts("hvp", f, args)
+    if target != "python":
+        args = tuple(to_native(a) for a in args)
+        x = args[0]
     slot = _second_order(f, args, 0, target)
     if isinstance(x, np.ndarray):
         v = np.asarray(v, dtype=x.dtype)
@@ -279,6 +316,9 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
 
     def h(*args):
         a = int(argnums) % len(args)
+        _refuse_dicts("hessian", f, args)
+        if target != "python":
+            args = tuple(to_native(a) for a in args)
         x = args[a]
         if isinstance(x, np.ndarray) and x.ndim != 1:
             raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
@@ -403,6 +443,7 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
 
     def jac(*args):
         i = int(argnums) % len(args)
+        _refuse_dicts("jacobian", f, args, only=i)
         x = args[i]
         if not (isinstance(x, (float, np.floating)) or
                 isinstance(x, np.ndarray) and x.dtype.kind == "f"):

@@ -53,3 +53,26 @@ def to_dicts(v: Any) -> Any:
     if isinstance(v, tuple) and type(v) is tuple:
         return tuple(to_dicts(x) for x in v)
     return v
+
+
+def tangent_like(t: Any, x: Any, what: str, where: Tuple[Any, Any] = (None, None)) -> Any:
+    """The tangent ``t`` of the value ``x`` with dicts as :func:`to_tuples` makes them.
+
+    A dict tangent of a dict primal is reordered to the primal's keys (as JAX matches
+    dicts by key, not by order); different keys raise :class:`TypeMismatch`.  ``None``
+    (no tangent) stays ``None``.  ``where``: the file and line of the function, for the error.
+    """
+    if t is None:
+        return None
+    if isinstance(x, dict):
+        if not isinstance(t, dict) or set(t) != set(x):
+            got = sorted(t) if isinstance(t, dict) else type(t).__name__
+            raise TypeMismatch(f"jvp: the tangent of {what} must be a dict with the keys of its "
+                               f"primal, {sorted(x)}; got {got}", *where,
+                               hint="pass a dict with the same keys (None for no tangent)")
+        cls = _class_for(tuple(x))
+        return cls(*[tangent_like(t[k], v, f"{what}[{k!r}]", where) for k, v in x.items()])
+    if type(x) is tuple and isinstance(t, tuple) and len(t) == len(x):
+        return tuple(tangent_like(a, b, f"{what}[{j}]", where) for j, (a, b) in enumerate(zip(t, x)))
+    return t
+

@@ -77,14 +77,36 @@ def _kinds(args: Sequence[Any], fname: str) -> List[str]:
     return [kind_of_value(a) for a in args]
 
 
-def _check_native(args: Sequence[Any], fname: str) -> None:
-    """numba compiles arrays in the machine's byte order only: say so, not numba's typing error."""
-    for i, a in enumerate(args):
-        if isinstance(a, np.ndarray) and not a.dtype.isnative:
-            raise TypeMismatch(
-                f"argument {i} of {fname} is a {a.dtype.name} array in non-native (big-endian) "
-                f"byte order, which numba cannot compile; pass a native copy, "
-                f"x.astype(x.dtype.newbyteorder('=')), or use target='python'")
+def has_foreign(args: Sequence[Any]) -> bool:
+    """Whether an array in ``args`` (at any depth in tuples) is in non-native byte order,
+    which numba does not compile."""
+    for a in args:
+        if isinstance(a, np.ndarray):
+            if not a.dtype.isnative:
+                return True
+        elif isinstance(a, tuple) and has_foreign(a):
+            return True
+    return False
+
+
+def to_native(v: Any) -> Any:
+    """``v`` with every non-native byte order array replaced by a native copy (the cpu
+    target's calls with such arrays; the function must not write into them, see
+    ``safety.Guard.check_writable``)."""
+    if isinstance(v, np.ndarray):
+        return v if v.dtype.isnative else v.astype(v.dtype.newbyteorder("="))
+    if isinstance(v, tuple):
+        vals = [to_native(x) for x in v]
+        return tuple(vals) if type(v) is tuple else type(v)(*vals)
+    return v
+
+
+def _native_calls(entry: Callable) -> Callable:
+    """``entry`` called with native copies of byte-swapped arrays."""
+    def call(*args):
+        return entry(*[to_native(a) for a in args])
+    call.compiled = getattr(entry, "compiled", entry)
+    return call
 
 
 def _check_arg(a: Any, what: str) -> None:
@@ -170,20 +192,39 @@ class _Specializer:
             raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments "
                             f"but {len(args)} were given")
         kinds = _kinds(args, ir.name)
-        if self.target != "python":
-            _check_native(args, ir.name)
+        # numba compiles arrays in the machine's byte order only: the cpu target runs on
+        # native copies of byte-swapped arrays (refused where the function writes into one)
+        foreign = self.target != "python" and has_foreign(args)
         full = _with_hidden(ir, args)
+        self._orig = full if foreign else None
+        if foreign:
+            full = tuple(to_native(a) for a in full)
         kinds += [kind_of_value(a) for a in full[len(args):]]
         wrap = wrapper_for(self.target)
         self._args = full
-        if self.mode == "pullback":
-            entry = self._build_pullback(ir, kinds, wrap)
-        else:
-            entry = self._build_grad(ir, kinds, wrap)
-        self._args = None
+        try:
+            if self.mode == "pullback":
+                entry = self._build_pullback(ir, kinds, wrap)
+            else:
+                entry = self._build_grad(ir, kinds, wrap)
+        finally:
+            self._args = self._orig = None
         if ir.reads:
             entry = _guarded(entry, ir.reads, hidden_kind_sig(full[len(args):]), self)
+        if foreign:
+            entry = _native_calls(entry)
         return entry
+
+    def _refuse_unwritable(self, p, ir: Function) -> None:
+        """Before compiling: a clear error, at the line of the write, when the function
+        writes into a read-only or (on cpu) byte-swapped argument array."""
+        g = safety.for_plan(self.mode, p, ir)
+        if g is None or not g.written:
+            return
+        orig = self._orig if self._orig is not None else self._args
+        if p.flat is not None and self._orig is not None:
+            orig = _flatten_args(orig, p.flat.param_trees)
+        g.check_writable(orig, native=self.target != "python")
 
     def rebuild(self, args: Sequence[Any]) -> Any:
         """A guard failed (a helper, global or captured value changed): forget every
@@ -210,6 +251,7 @@ class _Specializer:
         fname = f"{self.name}_{'vg' if value else 'grad'}"
         if p.flat is not None:
             self._args = tuple(_flatten_args(self._args, p.flat.param_trees))
+        self._refuse_unwritable(p, ir)
         target = self.target
 
         def make(zero_guards: bool, args):
@@ -262,6 +304,7 @@ class _Specializer:
         if flat is not None:
             self._args = tuple(_flatten_args(self._args, flat.param_trees))
             kinds = [flat.kinds[q.id] for q in p.fn.params]
+        self._refuse_unwritable(p, ir)
         stem = f"{self.name}_pullback"
         code, ns, tape, mutates = emit_split(p, stem, wrap)
         (prim, adj), path, locs = load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
@@ -431,8 +474,10 @@ class _ArrayDispatch:
 
     @staticmethod
     def key(args) -> Any:
-        return tuple((a.dtype.num, a.ndim) if isinstance(a, np.ndarray)
-                     else kind_of_value(a) if isinstance(a, tuple) else type(a) for a in args)
+        # the dtype itself, not its number: a byte-swapped array gets its own entry
+        return tuple((a.dtype, a.ndim) if isinstance(a, np.ndarray)
+                     else (kind_of_value(a), has_foreign(a)) if isinstance(a, tuple) else type(a)
+                     for a in args)
 
     def entry_for(self, args) -> Callable:
         k = self.key(args)
@@ -682,6 +727,15 @@ def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callabl
             spec = _PULLBACKS.get(key)
             if spec is None:
                 spec = _PULLBACKS[key] = _Specializer(f, 0, target, "pullback")
+    if _dicts.has_dict(args):
+        # dict arguments (zyg/dicts.py): their cotangents are dicts of the same keys
+        args = tuple(_dicts.to_tuples(a) for a in args)
+        y, back = spec.build(args)(*args)
+
+        def back_dicts(dy=1.0):
+            return _dicts.to_dicts(back(dy))
+        back_dicts.__doc__ = back.__doc__
+        return _dicts.to_dicts(y), back_dicts
     entry = spec.cache.get(_type_key(args))
     if entry is None:
         entry = spec.build(args)

@@ -27,7 +27,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import AliasedArguments, ModifiedAfterPullback
+from .errors import AliasedArguments, ModifiedAfterPullback, TypeMismatch
 from .pullbacks import records as recursion
 from .rules.higher import Checkpointed
 from .ssa.analysis import is_array
@@ -133,12 +133,24 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b))
 
 
+def _write_locations(p) -> dict:
+    """Alias class -> location of the first statement that writes into it (for messages)."""
+    al = p.aliases
+    out: dict = {}
+    for blk in p.fn.iter_blocks():
+        for st in blk.stmts:
+            if isinstance(st.expr.fn, (SetItem, InPlace)) and st.expr.args and \
+                    isinstance(st.expr.args[0], Var) and st.expr.args[0].id in al.parent:
+                out.setdefault(al.find(st.expr.args[0].id), st.loc)
+    return out
+
+
 class Guard:
     """The checks one specialisation needs around its calls (built once per specialisation;
     :func:`for_plan` returns None when it needs none)."""
 
     __slots__ = ("api", "name", "filename", "lineno", "argnames", "written", "records",
-                 "trees", "arrays", "alias_check")
+                 "trees", "arrays", "alias_check", "p")
 
     def __init__(self, api: str, p, ir, written: Tuple[int, ...], records: bool):
         self.api = api
@@ -152,6 +164,7 @@ class Guard:
         narrays = sum(is_array(p.kinds.get(q.id, "")) for q in p.fn.params)
         self.arrays = narrays > 0
         self.alias_check = narrays > 1      # one array argument cannot alias another
+        self.p = p
 
     def labels(self, n: int) -> List[str]:
         return _labels(self.trees, self.argnames, n)
@@ -180,6 +193,42 @@ class Guard:
             hint=f"pass a copy of one of them (for example {self.name}(x, x.copy()) instead of "
                  f"{self.name}(x, x)); arrays that the function only reads may share memory")
 
+    # -- read-only and byte-swapped arguments -------------------------------------------
+    def check_writable(self, leaves: Sequence[Any], native: bool = False) -> None:
+        """Raise TypeMismatch, at the line of the write, when the function writes into a
+        read-only argument array (``native``: or into one in non-native byte order, which
+        the cpu target would have to write through a copy)."""
+        for i in self.written:
+            a = leaves[i]
+            if not isinstance(a, np.ndarray):
+                continue
+            flat = self.trees is None or all(t is None for t in self.trees)
+            x = self.argnames[i] if flat and i < len(self.argnames) else "x"
+            if not a.flags.writeable:
+                what, hint = ("read-only (its writeable flag is False, as for np.broadcast_to, "
+                              "a memory map opened read-only or a frozen array)",
+                              f"pass a writable copy ({x}.copy()), or write into a copy inside "
+                              f"the function; arrays the function only reads may be read-only")
+            elif native and not a.dtype.isnative:
+                what, hint = ("in non-native (big-endian) byte order: numba compiles native "
+                              "arrays only, and the cpu target runs on a native copy it could not "
+                              "write back",
+                              f"pass a native array, {x}.astype({x}.dtype.newbyteorder('=')), or "
+                              f"use target='python'")
+            else:
+                continue
+            self._write_error(len(leaves), i, what, hint)
+
+    def _write_error(self, n: int, i: int, what: str, hint: str):
+        label = self.labels(n)[i]
+        q = self.p.fn.params[i]
+        al = self.p.aliases
+        loc = _write_locations(self.p).get(al.find(q.id)) if q.id in al.parent else None
+        filename, lineno, col = (loc.filename, loc.lineno, loc.col) if loc is not None else \
+            (self.filename, self.lineno, None)
+        raise TypeMismatch(f"{self.api}({self.name}): {self.name} writes into {label}, which is "
+                           f"{what}", filename, lineno, col, hint=hint)
+
     # -- exceptions ----------------------------------------------------------------------
     def snapshot(self, leaves: Sequence[Any]) -> List[Any]:
         return [leaves[i].copy() if isinstance(leaves[i], np.ndarray) else None
@@ -200,6 +249,7 @@ class Guard:
         def guarded(*args):
             snap = None
             if written:
+                self.check_writable(args)
                 self.check_aliasing(args)
                 snap = self.snapshot(args)
             tok = current.set(recursion.Records()) if records else None
@@ -220,6 +270,7 @@ class Guard:
         leaves = args
         snap = None
         if self.written:
+            self.check_writable(leaves)
             self.check_aliasing(leaves)
             snap = self.snapshot(leaves)
         rec = recursion.Records() if self.records else None

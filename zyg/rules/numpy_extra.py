@@ -4,7 +4,7 @@ The companion of :mod:`zyg.rules.arrays` (same ``ARule`` / ``Ctx`` protocol): ``
 ``np.std``, the ``nan*`` reductions, ``keepdims=`` on every reduction, ``np.cumprod``,
 ``np.diff``, ``np.median`` / ``np.percentile`` / ``np.quantile``, ``np.average``,
 ``np.sort``, ``np.interp``, ``np.maximum.accumulate``, ``np.roll``, ``np.flip``,
-``np.tile``, ``np.repeat``, ``np.atleast_*d``, ``np.hstack`` / ``np.vstack`` /
+``np.tile``, ``np.repeat``, ``np.convolve`` (mode 'full', 'same', 'valid'), ``np.atleast_*d``, ``np.hstack`` / ``np.vstack`` /
 ``np.column_stack``, ``np.asarray`` / ``np.array`` of an array and ``astype``.
 
 numba implements many of these without ``axis=``, ``ddof=`` or ``keepdims=``, so
@@ -41,7 +41,7 @@ SIGS: Dict[Any, Tuple[int, Tuple[str, ...]]] = {
     np.nanmin: (1, ("axis",)), np.cumprod: (1, ("axis",)), np.diff: (1, ("n", "axis")),
     np.median: (1, ("axis",)), np.percentile: (2, ("axis",)), np.quantile: (2, ("axis",)),
     np.average: (1, ("axis", "weights")), np.sort: (1, ("axis",)), np.roll: (2, ("axis",)),
-    np.flip: (1, ("axis",)), np.repeat: (2, ("axis",)),
+    np.flip: (1, ("axis",)), np.repeat: (2, ("axis",)), np.convolve: (2, ("mode",)),
 }
 
 # reductions that take keepdims= (those of arrays.py too)
@@ -430,6 +430,26 @@ def _interp(c: Ctx, i: int) -> Optional[str]:
 
 EXTRA_RULES[np.interp] = ARule(_interp)
 
+_CONV_MODES = {"full": 0, "same": 1, "valid": 2}
+
+
+def _conv_mode(mode: Any) -> int:
+    if mode not in _CONV_MODES:
+        raise _RuleError(f"np.convolve: mode must be a constant 'full', 'same' or 'valid' "
+                         f"(got {mode!r})")
+    return _CONV_MODES[mode]
+
+
+def _convolve(c: Ctx, i: int) -> Optional[str]:
+    _real_only(c, "np.convolve")
+    if c.nd(0) != 1 or c.nd(1) != 1:
+        raise _RuleError("np.convolve is differentiable for two 1-D arrays")
+    mode = _conv_mode(_param(c, 2, "mode", "full"))
+    return f"_zyg_convolve_grad({c.x[0]}, {c.x[1]}, {c.dy}, {mode}, {i})"
+
+
+EXTRA_RULES[np.convolve] = ARule(_convolve, kw_ok=("mode",))
+
 
 def _accumulate(which: str) -> ARule:
     def back(c: Ctx, i: int) -> Optional[str]:
@@ -764,6 +784,10 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         return None
     if fn is np.roll:
         return _roll_primal(args, nd, kw)
+    if fn is np.convolve:
+        if nd != 1 or not (len(kinds) > 1 and is_array(kinds[1]) and array_ndim(kinds[1]) == 1):
+            raise _RuleError("np.convolve is supported for two 1-D arrays")
+        return f"_zyg_convolve({args[0]}, {args[1]}, {_conv_mode(kw.get('mode', 'full'))})"
     if fn is np.flip:
         ax = _norm_axis(kw.get("axis"), nd, "np.flip")
         return f"{_flip_src(args[0], nd, ax)}.copy()"
@@ -1070,12 +1094,58 @@ def repeat2(x, k, axis):
     return out
 
 
+def _conv_window(n, m, mode):
+    """(offset, length) of np.convolve's mode (0 full, 1 same, 2 valid) in the full result."""
+    if mode == 0:
+        return 0, n + m - 1
+    if mode == 1:
+        return (min(n, m) - 1) // 2, max(n, m)
+    return min(n, m) - 1, max(n, m) - min(n, m) + 1
+
+
+def _conv_full(a, v):
+    """The full convolution of two vectors (numba's np.convolve takes no mode; one loop
+    spelling for both targets)."""
+    n, m = a.shape[0], v.shape[0]
+    out = np.zeros(n + m - 1, (a[:1] * v[:1]).dtype)
+    for i in range(n):
+        for j in range(m):
+            out[i + j] += a[i] * v[j]
+    return out
+
+
+def convolve(a, v, mode):
+    """np.convolve(a, v, mode) with mode 0 'full', 1 'same', 2 'valid'."""
+    off, ln = _conv_window(a.shape[0], v.shape[0], mode)
+    return _conv_full(a, v)[off:off + ln].copy()
+
+
+def convolve_grad(a, v, dy, mode, which):
+    """The cotangent of operand ``which`` (0: a, 1: v) of np.convolve(a, v, mode): the
+    cotangent of the window put into the full result, correlated with the other operand."""
+    n, m = a.shape[0], v.shape[0]
+    off, ln = _conv_window(n, m, mode)
+    dfull = np.zeros(n + m - 1, dy.dtype)
+    dfull[off:off + ln] = dy
+    if which == 0:
+        g = np.zeros(n, dfull.dtype)
+        for i in range(n):
+            for j in range(m):
+                g[i] += dfull[i + j] * v[j]
+        return g
+    g = np.zeros(m, dfull.dtype)
+    for j in range(m):
+        for i in range(n):
+            g[j] += dfull[i + j] * a[i]
+    return g
+
+
 # in dependency order: a helper may call those before it (by its Python name)
 _HELPER_FNS = [cumprod_grad, cumprod_axis, cumprod_grad_axis, diff_adj1, diff_adj2, quantile,
                quantile_grad, quantile_dq, quantile_axis, quantile_grad_axis, quantile_dq_axis,
                unsort1, unsort2, _segment, interp_slope_s, interp_slope_a, interp_dfp_s,
                interp_dfp_a, maximum_accumulate, minimum_accumulate, acc_arg_grad, roll2, tile1,
-               tile2, repeat2]
+               tile2, repeat2, _conv_window, _conv_full, convolve, convolve_grad]
 
 
 def helpers(target: str) -> Dict[str, Any]:

@@ -4,7 +4,8 @@ numba cannot call ``scipy.special``, so each function has a numba-compilable
 implementation here (accurate to a few ulps against scipy where the function is
 smooth; ``tests/test_special.py`` checks them) that the rules use as the primal on
 both targets. Derivatives: ``expit' = y (1 - y)``, ``logit' = 1 / (p (1 - p))``,
-``gammaln' = digamma``, ``digamma' = trigamma`` (polygamma(1)), ``erf' = 2/sqrt(pi)
+``gammaln' = digamma`` (and ``math.lgamma``; ``math.gamma' = gamma digamma``),
+``digamma' = trigamma`` (polygamma(1)), ``erf' = 2/sqrt(pi)
 exp(-x^2)``, ``log_ndtr' = phi(x) / Phi(x)``, ``xlogy``: ``(log y, x / y)``,
 ``logsumexp``: ``exp(a - y)`` (softmax) along the reduced axes.
 
@@ -150,6 +151,23 @@ def _gammaln_rule(x):
     return y, back
 
 
+# math.lgamma and math.gamma: the same derivatives on Python floats (numba compiles both)
+@adjoint(math.lgamma)
+def _lgamma_rule(x):
+    y = math.lgamma(x)
+    def back(dy):  # noqa: E306
+        return (dy * digamma(x),)
+    return y, back
+
+
+@adjoint(math.gamma, samples=[(0.3,), (1.4,), (2.2,), (-0.45,), (3.7,)])
+def _gamma_rule(x):
+    y = math.gamma(x)
+    def back(dy):  # noqa: E306
+        return (dy * y * digamma(x),)
+    return y, back
+
+
 @adjoint(sc.digamma)
 def _digamma_rule(x):
     y = digamma(x)
@@ -243,7 +261,7 @@ def _real_only() -> None:
     # these rules are written for real numbers: zyg reports a complex operand instead
     # of applying them (docs/complex.md)
     from .registry import lookup
-    for fn in (sc.expit, sc.logit, sc.gammaln, sc.digamma, sc.erf, sc.erfc, sc.ndtr, sc.log_ndtr,
+    for fn in (sc.expit, sc.logit, sc.gammaln, sc.digamma, math.lgamma, math.gamma, sc.erf, sc.erfc, sc.ndtr, sc.log_ndtr,
                sc.xlogy, np.add, np.subtract, np.multiply, np.divide, np.mod):
         lookup(fn).real_only = True
 
