@@ -30,7 +30,8 @@ from ..errors import NoAdjoint, UnsupportedSyntax
 from ..rules import arrays as arules, dispatch
 from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, is_array, is_tuple,
                             tuple_elts)
-from ..ssa.emit import INFIX, PREFIX, ZERO, Code, Pop, Reserve, var_name
+from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Grow, Peek, Pop, Reserve, RoomCheck,
+                        Store, var_name)
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
 from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
                          index_src)
@@ -797,20 +798,20 @@ class ArrayMixin:
                 need = f"_{s}end"
             else:
                 need = f"_{s}sp + {value}.size + {getattr(self, '_most', {}).get(s, 0)}"
-            code.add(ind, f"if {need} > _{s}cap:")
-            code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, {need})")
-            code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
+            code.put(ind, RoomCheck(s, need))
+            code.put(ind + 1, Grow(s, need))
+            code.put(ind + 1, Capacity(s))
             code.add(ind, f"_{s}s = _zyg_push_array(_{s}s, _{s}sp, {value})")
-            code.add(ind, f"_{s}sp += {value}.size")
-            code.add(ind, f"_{s}cap = _{s}s.shape[0]")
+            code.put(ind, Advance(s, f"{value}.size"))
+            code.put(ind, Capacity(s))
             nd = array_ndim(kind)
             for k in range(nd):
-                code.add(ind, f"_is[_isp + {k}] = {value}.shape[{k}]")
-            code.add(ind, f"_isp += {nd}")
+                code.put(ind, Store("i", k, f"{value}.shape[{k}]"))
+            code.put(ind, Advance("i", nd))
         else:
             s = KIND_STACK.get(kind, "f")
-            code.add(ind, f"_{s}s[{self.tix(s)}] = {value}")
-            code.add(ind, f"_{s}sp += 1")
+            code.put(ind, Store(s, None, value, self.p.target != "python"))
+            code.put(ind, Advance(s, 1))
 
     def pop_now(self, local_name: str, kind: str, ind: int, code: Code) -> None:
         if is_array(kind):
@@ -832,7 +833,7 @@ class ArrayMixin:
         else:
             s = KIND_STACK.get(kind, "f")
             code.put(ind, Pop(s, 1))
-            code.add(ind, f"{local_name} = _{s}s[{self.tix(s)}]")
+            code.put(ind, Peek(local_name, s, None, self.p.target != "python"))
 
     def array_block_demand(self, blk) -> Dict[str, int]:
         need: Dict[str, int] = {}

@@ -39,7 +39,8 @@ from __future__ import annotations
 import operator
 from typing import Dict, Optional, Set, Tuple, Union
 
-from ..ssa.emit import ORDERED, ChainNext, ChainStart, Code, CounterSet, Pop, Reserve, SetTop, var_name
+from ..ssa.emit import (ORDERED, Capacity, ChainNext, ChainStart, Code, CounterSet, Grow, Pop, Reserve,
+                        RoomCheck, SetTop, var_name)
 from ..ssa.ir import Branch, Const, Jump, Stmt, Var
 from ..ssa.prims import GetItem
 from ..ssa.passes import dominators
@@ -446,9 +447,9 @@ class StructuredMixin:
                 if v == 0:
                     continue
                 code.put(ind, Reserve(s, str(v)))
-                code.add(ind, f"if _{s}end > _{s}cap:")
-                code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, _{s}end)")
-                code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
+                code.put(ind, RoomCheck(s, f"_{s}end"))
+                code.put(ind + 1, Grow(s, f"_{s}end"))
+                code.put(ind + 1, Capacity(s))
         code.add(ind, f"for _k{h} in range({trip}):")
         self.edge(h, B, hb.term.true_args, ind + 1, code, rec, goto=False)
         self.s_region(B, h, ind + 1, code)

@@ -36,8 +36,8 @@ from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer
                             is_complex, loops_of_blocks, natural_loops)
 from .arrays import ArrayMixin, zero_of
 from .structured import StructuredMixin
-from ..ssa.emit import (INFIX, PREFIX, ZERO, ChainNext, ChainStart, Code, CounterSet, Line, Namespace,
-                        Pop, const_src, var_name)
+from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
+                        Grow, Line, Namespace, Peek, Pop, RoomCheck, Store, const_src, var_name)
 from ..ssa.ir import Branch, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
@@ -569,8 +569,8 @@ class Emitter(ArrayMixin, StructuredMixin):
         for s, names in by.items():
             n = len(names)
             for j, name in enumerate(names):
-                code.add(ind, f"_{s}s[{self.tix(s, j)}] = {name}")
-            code.add(ind, f"_{s}sp += {n}")
+                code.put(ind, Store(s, j, name, self.p.target != "python"))
+            code.put(ind, Advance(s, n))
 
     # -- primal --------------------------------------------------------------------
     def primal_stmt(self, blk, st: Stmt, ind: int, code: Code) -> None:
@@ -720,9 +720,9 @@ class Emitter(ArrayMixin, StructuredMixin):
             for s in sorted(self.stack_used):
                 room = most.get(s, 0) + 64
                 # _<s>want: the room a whole counted loop asked for (hoisted_check)
-                code.add(ind, f"if _{s}sp + {room} > _{s}cap or _{s}want > _{s}cap:")
-                code.add(ind + 1, f"_{s}s = _zyg_grow(_{s}s, max(_{s}sp + {room}, _{s}want))")
-                code.add(ind + 1, f"_{s}cap = _{s}s.shape[0]")
+                code.put(ind, RoomCheck(s, f"_{s}sp + {room}", want=True))
+                code.put(ind + 1, Grow(s, f"max(_{s}sp + {room}, _{s}want)"))
+                code.put(ind + 1, Capacity(s))
                 code.add(ind + 1, f"_{s}want = 0")
 
     def primal_block(self, blk, i2: int, code: Code, record: bool, grows: bool,
@@ -955,7 +955,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             code.put(i2, Pop(s, n))
             for j, name in enumerate(pnames):
                 local[name] = f"{name}_b{blk.id}"
-                code.add(i2, f"{local[name]} = _{s}s[{self.tix(s, j)}]")
+                code.put(i2, Peek(local[name], s, j, self.p.target != "python"))
         self.pop_stmt_records(blk, local, i2, code)
         for st in reversed(blk.stmts):
             if id(st) in self.astmts:
@@ -1165,7 +1165,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             return
         if self.in_loop(blk.id):
             code.put(ind, Pop("t", 1))
-            code.add(ind, f"_tag = _ts[{self.tix('t')}]")
+            code.put(ind, Peek("_tag", "t", None, self.p.target != "python"))
         else:
             code.add(ind, f"_tag = _tag{blk.id}")
         for k, pred in enumerate(ps):

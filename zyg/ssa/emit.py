@@ -73,6 +73,83 @@ class ChainStart:
         return f"{self.ini} = {self.cur} - {self.delta}"
 
 
+def _slot(stack: str, offset: Optional[int], unsigned: bool) -> str:
+    """``_<stack>s[...]`` at the top of the stack plus ``offset``; ``unsigned``: the index
+    cast to ``np.uint64`` (numba then leaves out the negative-index wraparound)."""
+    e = f"_{stack}sp" if offset is None else f"_{stack}sp + {offset}"
+    return f"_{stack}s[np.uint64({e})]" if unsigned else f"_{stack}s[{e}]"
+
+
+@dataclass(frozen=True)
+class Store:
+    """Tape operation: write ``value`` at the top of stack ``stack`` plus ``offset`` (a push
+    is its stores, then :class:`Advance`)."""
+    stack: str
+    offset: Optional[int]
+    value: str
+    unsigned: bool = False
+
+    def render(self) -> str:
+        return f"{_slot(self.stack, self.offset, self.unsigned)} = {self.value}"
+
+
+@dataclass(frozen=True)
+class Advance:
+    """Tape operation: move the top of stack ``stack`` up by ``count`` (after its stores)."""
+    stack: str
+    count: Union[int, str]
+
+    def render(self) -> str:
+        return f"_{self.stack}sp += {self.count}"
+
+
+@dataclass(frozen=True)
+class Peek:
+    """Tape operation: read the item at the top of stack ``stack`` plus ``offset`` into
+    ``name`` (after the :class:`Pop` that uncovered it)."""
+    name: str
+    stack: str
+    offset: Optional[int]
+    unsigned: bool = False
+
+    def render(self) -> str:
+        return f"{self.name} = {_slot(self.stack, self.offset, self.unsigned)}"
+
+
+@dataclass(frozen=True)
+class RoomCheck:
+    """Tape operation: is there room for ``need`` items on stack ``stack`` (and for what a
+    counted loop asked for, ``_<stack>want``, when ``want``)?  Its body (one level deeper)
+    is :class:`Grow` and :class:`Capacity`."""
+    stack: str
+    need: str
+    want: bool = False
+
+    def render(self) -> str:
+        s = self.stack
+        more = f" or _{s}want > _{s}cap" if self.want else ""
+        return f"if {self.need} > _{s}cap{more}:"
+
+
+@dataclass(frozen=True)
+class Grow:
+    """Tape operation: a larger stack ``stack`` holding at least ``size`` items."""
+    stack: str
+    size: str
+
+    def render(self) -> str:
+        return f"_{self.stack}s = _zyg_grow(_{self.stack}s, {self.size})"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Tape operation: the capacity of stack ``stack`` read again (after it grew)."""
+    stack: str
+
+    def render(self) -> str:
+        return f"_{self.stack}cap = _{self.stack}s.shape[0]"
+
+
 @dataclass(frozen=True)
 class ChainNext:
     """The next chained counter value, backwards: ``cur = ini`` (after :class:`ChainStart`)."""
@@ -107,7 +184,8 @@ class Reserve:
         return f"_{self.stack}end += {self.amount}"
 
 
-Node = Union[Line, Pop, SetTop, CounterSet, ChainStart, ChainNext, Reserve]
+Node = Union[Line, Store, Advance, Peek, Pop, SetTop, RoomCheck, Grow, Capacity, CounterSet,
+             ChainStart, ChainNext, Reserve]
 # the statements that tie a reversed loop's iterations to their order
 ORDERED = (Pop, SetTop, CounterSet, ChainStart, ChainNext, Reserve)
 
