@@ -2,19 +2,25 @@
 
 The front end's SSA does not know the kinds of its values; once they are known, an
 in-place operation on a number is the plain operation, and on an array its result is the
-array itself.  Both the reverse transform and the checkpoint expansion (``ckmut.py``)
-specialise first.
+array itself; ``type(x)(v)`` is the cast of x's kind (``float(v)``, ``int(v)``...), and
+``np.sum(x)`` (``np.mean``, ``np.max``...) of one number is ``x``.  Both the reverse transform and the checkpoint expansion
+(``ckmut.py``) specialise first.
 """
 from __future__ import annotations
 
+import builtins
 import copy
+import operator
 from typing import Any, Dict
 
+import numpy as np
+
+from ..errors import UnsupportedSyntax
 from ..rules.scalar import imag_part, real_part
-from ..ssa.analysis import is_array
-from ..ssa.ir import Branch, Call, Function, Jump, Return, Stmt, Var
+from ..ssa.analysis import is_array, kind_of_value
+from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var
 from ..ssa.passes import _substitute, remove_trivial_params, verify
-from ..ssa.prims import Attr, InPlace
+from ..ssa.prims import Attr, CastLike, InPlace
 
 
 def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
@@ -40,7 +46,13 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
                     kinds.get(getattr(e.args[0], "id", None), "") in ("float", "complex", "int", "bool"):
                 # z.real of a number: a call with a scalar rule (docs/complex.md)
                 fnc = real_part if fnc.attr == "real" else imag_part
-            nb.stmts.append(Stmt(st.var, Call(fnc, list(e.args), dict(e.kwargs)), st.loc))
+            args = list(e.args)
+            if isinstance(fnc, CastLike):
+                fnc, args = _cast(st, kinds)
+            elif _is_number_reduction(fnc, e, kinds):
+                # np.sum(x) of one number is x (real code reduces scalars too)
+                fnc = operator.pos
+            nb.stmts.append(Stmt(st.var, Call(fnc, args, dict(e.kwargs)), st.loc))
         t = blk.term
         if isinstance(t, Jump):
             t = Jump(t.target, list(t.args))
@@ -57,3 +69,52 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
         remove_trivial_params(out)
         verify(out, "specialize")
     return out
+
+
+# reductions that are the identity on one number (np.nansum is not: nansum(nan) is 0)
+_NUMBER_IDENTITIES = (np.sum, np.prod, np.mean, np.max, np.min, np.amax, np.amin, np.median,
+                      np.average)
+
+
+def _is_number_reduction(fnc: Any, e: Call, kinds: Dict[int, str]) -> bool:
+    """``np.sum(x)`` (and the other reductions above) of a float or complex number,
+    without keywords: the identity."""
+    if e.kwargs or len(e.args) != 1 or not isinstance(e.args[0], Var):
+        return False
+    try:
+        if fnc not in _NUMBER_IDENTITIES:
+            return False
+    except TypeError:
+        return False
+    return kinds.get(e.args[0].id, "") in ("float", "complex")
+
+
+_CASTS = {"float": builtins.float, "int": builtins.int, "bool": builtins.bool}
+
+
+def _cast(st: Stmt, kinds: Dict[int, str]):
+    """``type(x)(v)`` as the cast of x's kind: (callee, operands)."""
+    x, v = st.expr.args
+
+    def kind(a):
+        return kinds.get(a.id, "undef") if isinstance(a, Var) else kind_of_value(a.value)
+    kx, kv = kind(x), kind(v)
+    if kx in _CASTS:
+        return _CASTS[kx], [v]
+    if kx == "complex":
+        # complex(v) of a complex v is v; of a real v the rule complex(a, b) with b = 0
+        return (operator.pos, [v]) if kv == "complex" else (builtins.complex, [v, Const(0.0)])
+    loc = st.loc
+    raise UnsupportedSyntax(
+        f"type(x)(...) casts are supported when x is a number; here x is {_describe(kx)}",
+        loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+        hint="for an array write np.asarray(v, dtype=x.dtype) or v.astype(x.dtype); "
+             "for a number float(v), complex(v) or int(v)")
+
+
+def _describe(k: str) -> str:
+    if is_array(k):
+        return f"a {k[k.index('[') + 1:-1]}-D array"
+    if k.startswith("tuple"):
+        return "a tuple"
+    return f"a value of kind {k!r}"

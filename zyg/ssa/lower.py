@@ -29,7 +29,8 @@ from ..errors import UnsupportedSyntax
 from . import hooks
 from .captured import _LIBRARY_PACKAGES, Closure, _MISSING, Reads, Slot, is_stable_module
 from .ir import Block, Branch, Call, Const, Function, Jump, Loc, Operand, Return, Stmt, Undef, Var
-from .prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Recursive, Replace, SetItem, Stacked, STACKED_FNS,
+from .prims import (ArrayOf, Attr, CastLike, GetItem, InPlace, MakeTuple, Recursive, Replace, SetItem,
+                    Stacked, STACKED_FNS,
                     is_namedtuple_class)
 
 import numpy as np
@@ -1399,8 +1400,12 @@ class Lowerer:
             return self.emit(meth, [base] + args, node, hint, kwargs)
         if fn is None and isinstance(node.func, gast.Call) and \
                 self.static_value(node.func.func) is builtins.type:
-            raise self.unsupported(node, "type(x)(...) casts are not supported in differentiated code",
-                                   "write the type: float(...), complex(...) or int(...)")
+            # type(x)(v): a cast to x's type, resolved when the kinds are known (specialize.py)
+            if len(node.func.args) != 1 or node.func.keywords or node.keywords or len(node.args) != 1 \
+                    or isinstance(node.args[0], gast.Starred):
+                raise self.unsupported(node, "type(x)(...) casts are supported as type(x)(v), "
+                                       "with one argument", "write the type: float(v), complex(v) or int(v)")
+            return self.emit(CastLike(), [self.expr(node.func.args[0]), self.expr(node.args[0])], node, hint)
         if fn is None:
             from .messages import local_call
             raise self.unsupported(node.func, *local_call(node))

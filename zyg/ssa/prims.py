@@ -163,6 +163,19 @@ class ArrayOf(Prim):
         return np.array([*xs])
 
 
+class CastLike(Prim):
+    """``type(x)(v)``: a cast to the type of ``x``.  The kinds specialisation
+    (``zyg/pullbacks/specialize.py``) replaces it with ``float(v)``, ``int(v)``,
+    ``complex(v)`` or ``bool(v)`` once the kind of ``x`` is known; for other kinds it
+    reports the line."""
+    name = "type(x)"
+
+    def __call__(self, x, *vs):
+        if not isinstance(x, (bool, int, float, complex, np.number, np.bool_)):
+            raise TypeError("type(x)(...) of a value that is not a number")
+        return type(x)(*vs)
+
+
 # the joins zyg lowers to a Stacked call (their arrays are separate operands)
 STACKED_FNS = (np.concatenate, np.stack, np.vstack, np.hstack, np.column_stack)
 

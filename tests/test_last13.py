@@ -1,0 +1,169 @@
+"""Issue 13, last items: ``type(x)(v)`` casts, reductions of one number (``np.sum(x)`` of a
+float), tuple axes of reductions, forward mode of ``np.clip`` and ``cho_factor``, and
+structured-array records.
+
+Every derivative is compared with central finite differences on both targets (reverse mode,
+and forward mode ``zyg.jvp`` where the item asks for it); every refusal is a zyg error whose
+message names the user's file and line and says what to write instead.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+import zyg
+from conftest import TARGETS
+
+H = 1e-6
+
+
+def fd(f, x, h=H):
+    """Central differences of a scalar ``f`` w.r.t. a float or an array ``x``."""
+    if not isinstance(x, np.ndarray):
+        s = h * max(1.0, abs(x))
+        return (f(x + s) - f(x - s)) / (2 * s)
+    g = np.zeros_like(x)
+    for k in range(x.size):
+        up, dn = x.copy(), x.copy()
+        s = h * max(1.0, abs(x.flat[k]))
+        up.flat[k] += s
+        dn.flat[k] -= s
+        g.flat[k] = (f(up) - f(dn)) / (2 * s)
+    return g
+
+
+def close(a, b, rtol=1e-6, atol=1e-8):
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+def line_of(fn, text):
+    """The file line of the first source line of ``fn`` that contains ``text``."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, s in enumerate(lines) if text in s)
+
+
+_G = {}
+
+
+def grad(f, argnums, target):
+    key = (f, argnums, target)
+    if key not in _G:
+        _G[key] = zyg.grad(f, argnums, target=target)
+    return _G[key]
+
+
+# -- 1. type(x)(v) casts ------------------------------------------------------------------------
+
+def cast_same(x, y):
+    # a float cast of a product (the generic code of a numerical library)
+    return type(x)(x * y) + math.sin(type(y)(x))
+
+
+def cast_int(x, n):
+    # type(n)(...) of an int is int(...): not differentiated, the result stays exact
+    k = type(n)(x * 3.0)
+    return x * k + x ** 2
+
+
+def cast_complex(z, x):
+    return abs(type(z)(x) * z) ** 2
+
+
+def cast_array(a, x):
+    return np.sum(a) * type(a)(x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_type_cast_float(target):
+    x, y = 0.7, -1.3
+    gx, gy = grad(cast_same, (0, 1), target)(x, y)
+    close(gx, fd(lambda t: cast_same(t, y), x))
+    close(gy, fd(lambda t: cast_same(x, t), y))
+    # a numpy scalar argument: type(x) is np.float64, the cast is float's
+    gx2 = grad(cast_same, (0, 1), target)(np.float64(x), y)[0]
+    close(gx2, gx, rtol=1e-14)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_type_cast_int(target):
+    x = 0.9      # int(2.7) = 2, away from the jumps of int()
+    g = grad(cast_int, 0, target)(x, 4)
+    close(g, fd(lambda t: cast_int(t, 4), x))
+    assert zyg.value_and_grad(cast_int, 0, target=target)(x, 4)[0] == pytest.approx(cast_int(x, 4))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_type_cast_complex(target):
+    z, x = 0.3 - 0.8j, 1.1
+    g = grad(cast_complex, 1, target)(z, x)
+    close(g, fd(lambda t: cast_complex(z, t), x))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_type_cast_of_an_array_is_refused_at_its_line(target):
+    with pytest.raises(zyg.ZygError) as e:
+        zyg.grad(cast_array, 1, target=target)(np.ones(3), 0.5)
+    msg = str(e.value)
+    assert "type(x)(...) casts are supported when x is a number; here x is a 1-D array" in msg
+    assert f"{__file__}\", line {line_of(cast_array, 'type(a)(x)')}" in msg
+    assert "np.asarray(v, dtype=x.dtype)" in msg
+
+
+def cast_two_args(x):
+    return type(x)(x, 2.0)
+
+
+def test_type_cast_with_two_arguments_is_refused():
+    with pytest.raises(zyg.ZygError) as e:
+        zyg.grad(cast_two_args)(0.5)
+    msg = str(e.value)
+    assert "supported as type(x)(v), with one argument" in msg
+    assert f"line {line_of(cast_two_args, 'type(x)(x, 2.0)')}" in msg
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_type_cast_jvp(target):
+    x, y = 0.7, -1.3
+    _, t = zyg.jvp(cast_same, (x, y), (1.0, 0.0), target=target)
+    close(t, fd(lambda s: cast_same(s, y), x))
+
+
+# -- 2. reductions of one number ----------------------------------------------------------------
+
+def reduce_number(x, y):
+    s = np.sum(x * y) + np.mean(x) * 2.0
+    m = np.max(x * x) - np.min(y) * x
+    return s * m + np.prod(x + y) ** 2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_reductions_of_a_number(target):
+    x, y = 0.8, -1.7
+    vg = zyg.value_and_grad(reduce_number, (0, 1), target=target)
+    v, (gx, gy) = vg(x, y)
+    assert v == pytest.approx(reduce_number(x, y), rel=1e-14)
+    close(gx, fd(lambda t: reduce_number(t, y), x))
+    close(gy, fd(lambda t: reduce_number(x, t), y))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_reductions_of_a_number_jvp(target):
+    x, y = 0.8, -1.7
+    _, t = zyg.jvp(reduce_number, (x, y), (0.4, -0.3), target=target)
+    close(t, fd(lambda e: reduce_number(x + 0.4 * e, y - 0.3 * e), 0.0))
+
+
+def reduce_mixed(a, x):
+    # the same names on an array and on a number in one function
+    return np.sum(a * x) + np.sum(x) * np.max(a) + np.mean(x * x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_reductions_of_numbers_beside_arrays(target):
+    a, x = np.array([0.3, -1.2, 2.1]), 0.6
+    ga, gx = grad(reduce_mixed, (0, 1), target)(a, x)
+    close(ga, fd(lambda t: reduce_mixed(t, x), a))
+    close(gx, fd(lambda t: reduce_mixed(a, t), x))
