@@ -167,3 +167,71 @@ def test_reductions_of_numbers_beside_arrays(target):
     ga, gx = grad(reduce_mixed, (0, 1), target)(a, x)
     close(ga, fd(lambda t: reduce_mixed(t, x), a))
     close(gx, fd(lambda t: reduce_mixed(a, t), x))
+
+
+# -- 4. forward mode of the scalar np.clip and of scipy.linalg.cho_factor ------------------------
+
+def clip_number(x, lo, hi):
+    return np.clip(x * x, lo, hi) * x + np.clip(x, -1.0, 0.5)
+
+
+# x inside, below and above the bounds (x * x never at a bound); lo > hi where hi wins
+CLIP_POINTS = [(0.7, 0.1, 0.9), (0.2, 0.3, 2.0), (1.3, 0.1, 0.9), (0.8, 1.0, 0.4)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("point", CLIP_POINTS)
+def test_clip_number_jvp_and_grad(target, point):
+    x, lo, hi = point
+    for k, tan in enumerate([(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)]):
+        y, t = zyg.jvp(clip_number, point, tan, target=target)
+        assert y == pytest.approx(clip_number(*point), rel=1e-14)
+        ref = fd(lambda e: clip_number(*[p + e * d for p, d in zip(point, tan)]), 0.0)
+        close(t, ref)
+    g = grad(clip_number, (0, 1, 2), target)(*point)
+    for k in range(3):
+        close(g[k], fd(lambda e: clip_number(*[p + (e if j == k else 0.0) for j, p in enumerate(point)]),
+                       0.0))
+
+
+scipy_linalg = pytest.importorskip("scipy.linalg")
+
+
+def cho_lower(a):
+    c, low = scipy_linalg.cho_factor(a, lower=True)
+    return c * 1.5
+
+
+def cho_upper(a):
+    c, low = scipy_linalg.cho_factor(a)
+    return c + a
+
+
+def cho_solve_all(a, b):
+    f = scipy_linalg.cho_factor(a)
+    return scipy_linalg.cho_solve(f, b)
+
+
+A_SPD = np.array([[2.0, 0.3, -0.2], [0.4, 1.5, 0.1], [-0.1, 0.2, 1.2]])   # not symmetric on purpose
+TA = np.array([[0.3, -0.7, 0.2], [0.5, 0.1, -0.4], [0.9, 0.6, 0.25]])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("f", [cho_lower, cho_upper])
+def test_cho_factor_jvp(target, f):
+    y, t = zyg.jvp(f, (A_SPD,), (TA,), target=target)
+    close(y, f(A_SPD), rtol=1e-12)
+    h = 1e-6
+    ref = (f(A_SPD + h * TA) - f(A_SPD - h * TA)) / (2 * h)
+    close(t, ref)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_cho_factor_then_cho_solve_jvp(target):
+    b = np.array([0.4, -1.1, 0.7])
+    tb = np.array([0.2, 0.3, -0.5])
+    y, t = zyg.jvp(cho_solve_all, (A_SPD, b), (TA, tb), target=target)
+    close(y, cho_solve_all(A_SPD, b), rtol=1e-12)
+    h = 1e-6
+    ref = (cho_solve_all(A_SPD + h * TA, b + h * tb) - cho_solve_all(A_SPD - h * TA, b - h * tb)) / (2 * h)
+    close(t, ref)

@@ -141,7 +141,28 @@ class Forward:
                 raise self.err(st, f"{callee_name(fn)}: {ex}", UnsupportedSyntax)
             if special is not None:
                 return special
+        elif not kw and not registry.is_nondifferentiable(fn):
+            # a call on numbers with a rule: its primal is the rule's forward expression, as in
+            # reverse mode (numba compiles min(max(x, lo), hi), not np.clip on floats)
+            rule = registry.lookup(fn)
+            conv = rule.converted if rule is not None else None
+            if conv is not None and conv.fwd_expr is not None and len(conv.params) == len(args):
+                return "(" + self.rule_src(conv, conv.fwd_expr, dict(zip(conv.params, args))) + ")"
         return f"{self.ns.ref(fn)}({', '.join(list(args) + [f'{k}={v[0]}' for k, v in kw.items()])})"
+
+    def rule_src(self, conv, ex, mapping: Dict[str, str]) -> str:
+        """``ex`` (an expression of the rule ``conv``) rendered with these names, the rule's
+        globals bound in the generated module."""
+        used: Set[str] = set()
+        text = render(ex, mapping, used)
+        ren = {}
+        for g in sorted(used):
+            bound = self.ns.bind(g, resolve_global(conv, g))
+            if bound != g:
+                ren[g] = bound
+        if ren:
+            text = render(ex, {**mapping, **ren}, set())
+        return text
 
     def stmt(self, st: Stmt, ind: int, code: Code) -> None:
         e = st.expr
@@ -240,16 +261,7 @@ class Forward:
             mapping[conv.back_param] = self.t(ops[i])
             if conv.out:
                 mapping[conv.out] = y
-            used: Set[str] = set()
-            text = render(ex, mapping, used)
-            ren = {}
-            for g in sorted(used):
-                bound = self.ns.bind(g, resolve_global(conv, g))
-                if bound != g:
-                    ren[g] = bound
-            if ren:
-                text = render(ex, {**mapping, **ren}, set())
-            terms.append(f"({text})")
+            terms.append(f"({self.rule_src(conv, ex, mapping)})")
         return " + ".join(terms) if terms else "0.0"
 
     def array_tangent(self, st: Stmt, args, act, kinds, y: str) -> str:

@@ -285,11 +285,23 @@ def _cho_solve(c: Ctx, i: int) -> Optional[str]:
     return f"_zyg_cho_solve_back_c({c.x[0]}, {lower}, {g}, {c.y})"
 
 
+def _cho_solve_fwd(c: Ctx, i: int) -> Optional[str]:
+    if i == 1:
+        return "0.0"          # the flag lower
+    lower = c.const(1)
+    if lower is _NOCONST:
+        lower = c.x[1]
+    if i == 2:
+        return f"_zyg_cho_solve({c.x[0]}, {lower}, {c.dy})"
+    return f"_zyg_cho_solve_fwd_c({c.x[0]}, {lower}, {c.dy}, {c.y})"
+
+
 if _sla is not None:
     LINALG_RULES[_sla.solve_triangular] = ARule(
         _solve_tri, kw_ok=("trans", "lower", "unit_diagonal", "overwrite_b", "check_finite"))
     LINALG_RULES[_sla.solve_triangular].fwd = _solve_tri_fwd
     LINALG_RULES[cho_solve_parts] = ARule(_cho_solve)
+    LINALG_RULES[cho_solve_parts].fwd = _cho_solve_fwd
 
 
 # --- einsum and tensordot ------------------------------------------------------------------------
@@ -545,12 +557,19 @@ def _cho_factor(c, e, k, i):
     return f"_zyg_cho_factor_back({e[0]}, {c.dy}, {lower})"
 
 
+def _cho_factor_fwd(c, e, k, i):
+    if k != 0 or i != 0:
+        return "0.0"         # the flag lower; only the matrix has a tangent
+    lower = bool(_opt(c, "lower", 1, False))
+    return f"_zyg_cho_factor_fwd({e[0]}, {c.dy}, {lower})"
+
+
 TUPLE_RULES[np.linalg.slogdet] = TupleRule(_slogdet, _slogdet_fwd)
 TUPLE_RULES[np.linalg.eigh] = TupleRule(_eigh, _eigh_fwd, kw_ok=("UPLO",))
 TUPLE_RULES[np.linalg.qr] = TupleRule(_qr, _qr_fwd, kw_ok=("mode",))
 TUPLE_RULES[np.linalg.lstsq] = TupleRule(_lstsq, _lstsq_fwd, kw_ok=("rcond",))
 if _sla is not None:
-    TUPLE_RULES[_sla.cho_factor] = TupleRule(_cho_factor, None, kw_ok=("lower", "overwrite_a",
+    TUPLE_RULES[_sla.cho_factor] = TupleRule(_cho_factor, _cho_factor_fwd, kw_ok=("lower", "overwrite_a",
                                                                          "check_finite"))
 
 
@@ -1223,6 +1242,23 @@ def cho_factor_back(c, dc, lower):
     return g
 
 
+def cho_factor_fwd(c, dA, lower):
+    """The tangent of c in (c, lower) = cho_factor(A): the factor's tangent (from the
+    triangle of dA that is read) in its triangle, dA itself on the entries c keeps from A."""
+    n = c.shape[0]
+    L = np.tril(c) if lower else np.ascontiguousarray(np.triu(c).T)
+    dL = chol_fwd(L, sym_from_triangle(np.ascontiguousarray(dA), lower))
+    out = np.ascontiguousarray(dA).copy()
+    for i in range(n):
+        for j in range(n):
+            if i >= j:
+                if lower:
+                    out[i, j] = dL[i, j]
+                else:
+                    out[j, i] = dL[i, j]
+    return out
+
+
 def cho_solve_loops(c, lower, b):
     if lower:
         z = solve_triangular(c, b, True, 0, False)
@@ -1233,6 +1269,19 @@ def cho_solve_loops(c, lower, b):
 
 def cho_solve_py(c, lower, b):
     return _sla.cho_solve((c, lower), b)
+
+
+def cho_solve_fwd_c(c, lower, dc, x):
+    """The tangent of x = cho_solve((c, lower), b) from c's: -A^-1 dA x with A = L L^T and
+    dA = dL L^T + L dL^T, dL the tangent on L's triangle of c."""
+    if lower:
+        L = np.tril(c)
+        dL = np.tril(dc)
+    else:
+        L = np.ascontiguousarray(np.triu(c).T)
+        dL = np.ascontiguousarray(np.triu(dc).T)
+    dA = dL @ np.ascontiguousarray(L.T) + L @ np.ascontiguousarray(dL.T)
+    return -cho_solve_loops(c, lower, dA @ np.ascontiguousarray(x))
 
 
 def cho_solve_back_c(c, lower, g, x):
@@ -1265,15 +1314,19 @@ _HELPER_FNS: Dict[str, Tuple[Callable, Callable]] = {
     "_zyg_lstsq_fwd": (lstsq_fwd, lstsq_fwd),
     "_zyg_cho_factor": (cho_factor_py, cho_factor_loops),
     "_zyg_cho_factor_back": (cho_factor_back, cho_factor_back),
+    "_zyg_cho_factor_fwd": (cho_factor_fwd, cho_factor_fwd),
     "_zyg_cho_solve": (cho_solve_py, cho_solve_loops),
     "_zyg_cho_solve_back_c": (cho_solve_back_c, cho_solve_back_c),
+    "_zyg_cho_solve_fwd_c": (cho_solve_fwd_c, cho_solve_fwd_c),
 }
 # module-level names the helpers call (bound to the compiled versions on target "cpu")
 _INNER = {"sym_to_triangle": sym_to_triangle, "sym_from_triangle": sym_from_triangle,
-          "chol_back": chol_back, "line_norm": _line_norm, "line_norm_back": _line_norm_back,
+          "chol_back": chol_back, "chol_fwd": chol_fwd, "line_norm": _line_norm,
+          "line_norm_back": _line_norm_back,
           "qr_check": _qr_check, "copyltu": _copyltu, "times_rinv_t": _times_rinv_t,
           "qr_fwd_parts": _qr_fwd_parts, "lstsq_check": _lstsq_check,
-          "solve_triangular": solve_triangular_loops, "tri_mask": tri_mask}
+          "solve_triangular": solve_triangular_loops, "tri_mask": tri_mask,
+          "cho_solve_loops": cho_solve_loops}
 for _k, _v in _INNER.items():
     globals().setdefault(_k, _v)
 _CACHE: Dict[Any, Dict[str, Any]] = {}
@@ -1295,9 +1348,10 @@ def helpers(target: str) -> Dict[str, Any]:
         import inspect
         import textwrap
         g: Dict[str, Any] = {"np": np}
-        order = ["sym_to_triangle", "sym_from_triangle", "chol_back", "line_norm", "line_norm_back",
+        order = ["sym_to_triangle", "sym_from_triangle", "chol_back", "chol_fwd", "line_norm",
+                 "line_norm_back",
                  "qr_check", "copyltu", "times_rinv_t", "qr_fwd_parts", "lstsq_check",
-                 "solve_triangular", "tri_mask"]
+                 "solve_triangular", "tri_mask", "cho_solve_loops"]
         compiled: Dict[str, Any] = {}
 
         def jit_of(fn):

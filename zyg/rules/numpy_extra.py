@@ -1167,12 +1167,13 @@ from .registry import adjoint, lookup  # noqa: E402
 
 @adjoint(np.clip)
 def _clip_scalar_rule(x, lo, hi):
-    m = max(x, lo)
-    y = min(m, hi)
+    # one forward expression and one return of closed forms: the rule's forward mode (zyg.jvp)
+    # is read from them.  y is min(max(x, lo), hi): hi wins when lo > hi, as in numpy
+    y = min(max(x, lo), hi)
 
     def back(dy):
-        dm = dy if m <= hi else 0.0
-        return (dm if x >= lo else 0.0, dm if x < lo else 0.0, dy if m > hi else 0.0)
+        return (dy if (x >= lo and x <= hi) else 0.0, dy if (x < lo and lo <= hi) else 0.0,
+                dy if (x > hi or lo > hi) else 0.0)
     return y, back
 
 
