@@ -235,3 +235,67 @@ def test_cho_factor_then_cho_solve_jvp(target):
     h = 1e-6
     ref = (cho_solve_all(A_SPD + h * TA, b + h * tb) - cho_solve_all(A_SPD - h * TA, b - h * tb)) / (2 * h)
     close(t, ref)
+
+
+# -- 5. structured-array records read as data ---------------------------------------------------
+
+REC_T = np.dtype([("x1", "f8"), ("x2", "f8"), ("n", "i8")])
+
+
+def record_model(p, t):
+    # parameters packed in a record, the way scientific code passes them
+    return p["x1"] * math.exp(-p["x2"] * t) + p["n"] * t ** 2
+
+
+def structured_model(p, w):
+    return np.sum(p["x1"] * np.sin(w * p["x2"])) * w
+
+
+def make_record():
+    r = np.zeros(1, dtype=REC_T)[0]
+    r["x1"], r["x2"], r["n"] = 1.7, 0.4, 3
+    return r
+
+
+def make_structured():
+    s = np.zeros(4, dtype=REC_T)
+    s["x1"] = [0.3, -1.2, 0.8, 2.0]
+    s["x2"] = [1.1, 0.5, -0.7, 0.9]
+    return s
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_record_fields_are_read_as_data(target):
+    p, t = make_record(), 0.6
+    v, g = zyg.value_and_grad(record_model, 1, target=target)(p, t)
+    assert v == pytest.approx(record_model(p, t), rel=1e-14)
+    close(g, fd(lambda s: record_model(p, s), t))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_structured_array_fields_are_read_as_data(target):
+    s, w = make_structured(), 1.3
+    g = grad(structured_model, 1, target)(s, w)
+    close(g, fd(lambda u: structured_model(s, u), w))
+    # another record of the same dtype: the values are arguments, not constants
+    s2 = make_structured()
+    s2["x1"] *= 2.0
+    close(grad(structured_model, 1, target)(s2, w), fd(lambda u: structured_model(s2, u), w))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_record_jvp(target):
+    p, t = make_record(), 0.6
+    _, tt = zyg.jvp(record_model, (p, t), (None, 1.0), target=target)
+    close(tt, fd(lambda s: record_model(p, s), t))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gradient_with_respect_to_a_record_is_refused(target):
+    with pytest.raises(zyg.ZygError) as e:
+        zyg.grad(record_model, (0, 1), target=target)(make_record(), 0.6)
+    msg = str(e.value)
+    assert "argument 0 of record_model is a numpy structured record" in msg
+    assert "does not differentiate with respect to them" in msg
+    assert f"{__file__}\", line {record_model.__code__.co_firstlineno}" in msg
+    assert "pass the fields to differentiate as separate arrays" in msg

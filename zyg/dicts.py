@@ -5,13 +5,16 @@ A dict argument is passed to the compiled code as a namedtuple whose fields are 
 (one class per tuple of keys, created once); ``d["key"]`` with a constant string key
 is lowered like the field access ``d.key`` (``zyg/ssa/lower.py``).  Gradients of such
 arguments are namedtuples of these classes, turned back into dicts here.  Values may
-be numbers, arrays, tuples and dicts (nested).
+be numbers, arrays, tuples and dicts (nested).  numpy records and structured arrays take
+the same path (their fields are the keys): they are read as data, not differentiated.
 """
 from __future__ import annotations
 
 import collections
 import keyword
 from typing import Any, Dict, Tuple
+
+import numpy as np
 
 from .errors import TypeMismatch
 
@@ -32,15 +35,40 @@ def _class_for(keys: Tuple[str, ...]) -> type:
     return cls
 
 
+def is_record(v: Any) -> bool:
+    """A numpy structured value: a record (``np.void`` with fields) or a structured array."""
+    return isinstance(v, (np.void, np.ndarray)) and v.dtype.names is not None
+
+
 def has_dict(args) -> bool:
-    return any(isinstance(a, dict) or isinstance(a, tuple) and has_dict(a) for a in args)
+    """Whether dicts or records are among ``args`` (at any depth in tuples)."""
+    return any(isinstance(a, dict) or is_record(a) or isinstance(a, tuple) and has_dict(a)
+               for a in args)
+
+
+def check_records_not_wrt(f: Any, args, wrt) -> None:
+    """Records are read as data: refuse a gradient with respect to one."""
+    for i in wrt:
+        if 0 <= i < len(args) and is_record(args[i]):
+            code = getattr(f, "__code__", None)
+            raise TypeMismatch(
+                f"argument {i} of {getattr(f, '__name__', 'f')} is a numpy structured "
+                f"{'array' if isinstance(args[i], np.ndarray) else 'record'}: zyg reads its fields "
+                "(p['x1']) as data but does not differentiate with respect to them",
+                code.co_filename if code else None, code.co_firstlineno if code else None,
+                hint="pass the fields to differentiate as separate arrays or floats, or as a "
+                     "dict of them (params['x1']), and leave the record out of argnums")
 
 
 def to_tuples(v: Any) -> Any:
-    """Dicts (at any depth in tuples and dicts) as namedtuples of their keys."""
+    """Dicts (at any depth in tuples and dicts) as namedtuples of their keys; numpy records
+    and structured arrays as namedtuples of their fields (``p['x1']`` reads a field)."""
     if isinstance(v, dict):
         cls = _class_for(tuple(v))
         return cls(*[to_tuples(x) for x in v.values()])
+    if is_record(v):
+        names = tuple(v.dtype.names)
+        return _class_for(names)(*[to_tuples(v[n]) for n in names])
     if isinstance(v, tuple) and type(v) is tuple:
         return tuple(to_tuples(x) for x in v)
     return v

@@ -695,6 +695,7 @@ def transform(f, argnums, target: str, mode: str, doc: str) -> Callable:
     def slow(args):
         if _dicts.has_dict(args):
             # dict arguments (zyg/dicts.py): never in the cache, so only these calls pay
+            _dicts.check_records_not_wrt(unwrap(f), args, _normalise_argnums(argnums, len(args))[0])
             args = tuple(_dicts.to_tuples(a) for a in args)
             return _dicts.to_dicts(spec.build(args)(*args))
         entry = spec.build(args)
