@@ -299,3 +299,77 @@ def test_gradient_with_respect_to_a_record_is_refused(target):
     assert "does not differentiate with respect to them" in msg
     assert f"{__file__}\", line {record_model.__code__.co_firstlineno}" in msg
     assert "pass the fields to differentiate as separate arrays" in msg
+
+
+# -- 3. tuple axes of reductions ----------------------------------------------------------------
+
+from arraycheck import check_array_rule  # noqa: E402
+from rulecheck import check_rule  # noqa: E402
+
+RNG = np.random.default_rng(13)
+A2 = RNG.uniform(0.5, 2.0, (3, 4))
+A3 = RNG.uniform(0.5, 2.0, (2, 3, 4))      # distinct entries: no ties in max/min
+
+TUPLE_AXIS_CASES = [
+    (np.sum, A2, (0, 1), False), (np.sum, A3, (0, 1), False), (np.sum, A3, (0, 2), True),
+    (np.sum, A3, (-1, 0), False), (np.mean, A3, (0, 2), False), (np.mean, A3, (1, 2), True),
+    (np.mean, A2, (0, 1), True), (np.max, A3, (1, 2), False), (np.max, A3, (0, 1), True),
+    (np.min, A3, (0, 2), False), (np.max, A2, (0, 1), False), (np.sum, A3, (1,), False),
+    (np.prod, A2, (0, 1), False),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", TUPLE_AXIS_CASES, ids=lambda c: f"{c[0].__name__}{c[2]}{c[3]}")
+def test_tuple_axis_rule_checker(target, case):
+    fn, a, axes, keep = case
+    kw = {"axis": axes, "keepdims": True} if keep else {"axis": axes}
+    check_array_rule(fn, [a.copy()], kw, target=target)
+
+
+def tuple_axes_user(a, w):
+    # the way a user writes it: positional tuple, a loss over the result
+    s = np.sum(a * w, (0, 2))
+    m = np.max(a, axis=(1, 2), keepdims=True)
+    return np.sum(s ** 2) + np.sum(m * a)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tuple_axes_in_user_code(target):
+    w = 0.7
+    ga, gw = grad(tuple_axes_user, (0, 1), target)(A3, w)
+    close(ga, fd(lambda t: tuple_axes_user(t, w), A3))
+    close(gw, fd(lambda t: tuple_axes_user(A3, t), w))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tuple_axes_jvp(target):
+    t = RNG.uniform(-1.0, 1.0, A3.shape)
+    _, tt = zyg.jvp(tuple_axes_user, (A3, 0.7), (t, 0.0), target=target)
+    close(tt, fd(lambda e: tuple_axes_user(A3 + e * t, 0.7), 0.0))
+
+
+def test_scalar_rules_touched_here_pass_the_rule_checker():
+    # the scalar np.clip rule was rewritten in closed form (forward mode reads it)
+    for point in CLIP_POINTS:
+        for target in TARGETS:
+            check_rule(np.clip, *point, target=target)
+
+
+def max_keep(a):
+    return np.max(a, axis=1, keepdims=True)
+
+
+def min_keep_all(a):
+    return np.min(a, keepdims=True) * a
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("f", [max_keep, min_keep_all])
+def test_keepdims_reduction_jvp_has_the_result_shape(target, f):
+    # the tangent of np.max(a, axis=1, keepdims=True) had the shape of the reduction without
+    # the kept axis ((3,) for (3, 1)): a wrong tangent broadcast later, or an error
+    t = RNG.uniform(-1.0, 1.0, A2.shape)
+    y, ty = zyg.jvp(f, (A2,), (t,), target=target)
+    assert ty.shape == f(A2).shape
+    close(ty, (f(A2 + H * t) - f(A2 - H * t)) / (2 * H))

@@ -321,11 +321,22 @@ class Forward:
                 if len(ops) > 1:
                     ax, axc = args[1], consts[1]
                 else:
-                    ax, axc = kwx["axis"], kwc["axis"]
+                    ax, axc = kwx.get("axis", "None"), kwc.get("axis", None)
                 prod = f"(({src}) * {self.t(ops[i])})"
+                keep = kwc.get("keepdims", False)
+                if keep is arules._NOCONST:
+                    raise self.err(st, f"{callee_name(fn)}: keepdims= must be a constant", UnsupportedSyntax)
+                if axc is None:
+                    # keepdims=True over all axes: an array of ones of y's shape
+                    terms.append(f"np.full_like({y}, np.sum({prod}))")
+                    continue
                 special = dispatch.primal_call(np.sum, [prod], [kinds[0]], {"axis": (ax, axc)},
                                              self.kind(st.var))
-                terms.append(special or f"np.sum({prod}, axis={ax})")
+                red = special or f"np.sum({prod}, axis={ax})"
+                if keep and isinstance(axc, int):
+                    # the tangent has y's shape: the reduced axis kept (keepdims=True)
+                    red = f"np.expand_dims({red}, {axc + array_ndim(kinds[0]) if axc < 0 else axc})"
+                terms.append(red)
             else:
                 raise self.err(st, f"no forward rule for {callee_name(fn)} with an array result")
         return " + ".join(terms) if terms else "0.0"

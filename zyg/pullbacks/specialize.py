@@ -20,7 +20,7 @@ from ..rules.scalar import imag_part, real_part
 from ..ssa.analysis import is_array, kind_of_value
 from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var
 from ..ssa.passes import _substitute, remove_trivial_params, verify
-from ..ssa.prims import Attr, CastLike, InPlace
+from ..ssa.prims import Attr, CastLike, InPlace, MakeTuple
 
 
 def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
@@ -30,6 +30,12 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
     out = copy.copy(fn)
     out.blocks = {}
     alias: Dict[int, Any] = {}
+    counter = [max([p.id for b in fn.iter_blocks() for p in b.params] +
+                   [st.var.id for b in fn.iter_blocks() for st in b.stmts if st.var is not None] + [0])]
+    # constant tuples (the front end builds (0, 1) with a MakeTuple of constants)
+    tuples = {st.var.id: tuple(a.value for a in st.expr.args) for b in fn.iter_blocks() for st in b.stmts
+              if st.var is not None and isinstance(st.expr.fn, MakeTuple) and not st.expr.kwargs
+              and all(isinstance(a, Const) for a in st.expr.args)}
     for b, blk in fn.blocks.items():
         nb = copy.copy(blk)
         nb.params = list(blk.params)
@@ -52,6 +58,11 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
             elif _is_number_reduction(fnc, e, kinds):
                 # np.sum(x) of one number is x (real code reduces scalars too)
                 fnc = operator.pos
+            else:
+                chain = _tuple_axis_chain(st, kinds, counter, tuples)
+                if chain is not None:
+                    nb.stmts += chain
+                    continue
             nb.stmts.append(Stmt(st.var, Call(fnc, args, dict(e.kwargs)), st.loc))
         t = blk.term
         if isinstance(t, Jump):
@@ -87,6 +98,55 @@ def _is_number_reduction(fnc: Any, e: Call, kinds: Dict[int, str]) -> bool:
     except TypeError:
         return False
     return kinds.get(e.args[0].id, "") in ("float", "complex")
+
+
+_TUPLE_AXIS_FNS = (np.sum, np.mean, np.max, np.min, np.amax, np.amin, np.prod)
+
+
+def _tuple_axis_chain(st: Stmt, kinds: Dict[int, str], counter, tuples: Dict[int, tuple]):
+    """``np.sum(a, axis=(0, 2))`` as ``np.sum(np.sum(a, axis=2), axis=0)`` (the last axis
+    first, so that the others keep their numbers; with ``keepdims=True`` every step keeps
+    its axis); an axis tuple of all the axes is no axis.  Each step is then a reduction
+    over one axis, with its own rule.  The statements, or None when ``st`` is not such a call."""
+    e = st.expr
+    try:
+        if e.fn not in _TUPLE_AXIS_FNS:
+            return None
+    except TypeError:
+        return None
+    kw = dict(e.kwargs)
+    args = list(e.args)
+    if len(args) == 2 and "axis" not in kw:
+        kw["axis"] = args.pop()
+    ax = kw.get("axis")
+    if isinstance(ax, Var) and ax.id in tuples:
+        ax = Const(tuples[ax.id])
+    if len(args) != 1 or not isinstance(ax, Const) or not isinstance(ax.value, tuple) or \
+            not isinstance(args[0], Var) or not is_array(kinds.get(args[0].id, "")):
+        return None
+    k = kinds[args[0].id]
+    nd = int(k[k.index("[") + 1:-1])
+    try:
+        axes = sorted({int(a) + nd if int(a) < 0 else int(a) for a in ax.value})
+    except (TypeError, ValueError):
+        return None
+    if not axes or any(not 0 <= a < nd for a in axes) or len(axes) != len(ax.value):
+        return None            # numpy's own error (the sample evaluation reports it)
+    if len(axes) == nd:
+        del kw["axis"]
+        return [Stmt(st.var, Call(e.fn, args, kw), st.loc)]
+    out = []
+    cur = args[0]
+    for j, a in enumerate(reversed(axes)):
+        last = j == len(axes) - 1
+        if last:
+            v = st.var
+        else:
+            counter[0] += 1
+            v = Var(counter[0], f"{st.var.hint or 'r'}_ax{a}")
+        out.append(Stmt(v, Call(e.fn, [cur], {**kw, "axis": Const(a)}), st.loc))
+        cur = v
+    return out
 
 
 _CASTS = {"float": builtins.float, "int": builtins.int, "bool": builtins.bool}

@@ -572,6 +572,27 @@ def prod_axis(a, axis):
     return out
 
 
+def extreme_axis3(a, axis, largest):
+    """np.max (``largest``) or np.min of a 3-D array over one axis."""
+    n0, n1, n2 = a.shape
+    if axis == 0:
+        out = np.empty((n1, n2), a.dtype)
+        for j in range(n1):
+            for k in range(n2):
+                out[j, k] = np.max(a[:, j, k]) if largest else np.min(a[:, j, k])
+    elif axis == 1:
+        out = np.empty((n0, n2), a.dtype)
+        for i in range(n0):
+            for k in range(n2):
+                out[i, k] = np.max(a[i, :, k]) if largest else np.min(a[i, :, k])
+    else:
+        out = np.empty((n0, n1), a.dtype)
+        for i in range(n0):
+            for j in range(n1):
+                out[i, j] = np.max(a[i, j, :]) if largest else np.min(a[i, j, :])
+    return out
+
+
 def cumsum_axis(a, axis):
     out = np.empty(a.shape, a.dtype)
     if axis == 0:
@@ -623,6 +644,8 @@ def base_primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[st
         return f"np.sum({args[0]}, axis={ax}) / {args[0]}.shape[{ax}]"
     if nd == 1 and ax == 0 and fn in (np.cumsum, np.max, np.min, np.amax, np.amin, np.prod, np.sum):
         return f"np.{fn.__name__}({args[0]})"
+    if nd == 3 and fn in (np.max, np.amax, np.min, np.amin):
+        return f"_zyg_extreme_axis3({args[0]}, {ax}, {fn in (np.max, np.amax)})"
     if fn in AXIS_HELPERS:
         if nd != 2:
             raise _RuleError(f"np.{fn.__name__} with an axis is supported on 2-D arrays")
@@ -667,7 +690,7 @@ def base_helpers(target: str) -> Dict[str, Any]:
     out: Dict[str, Any] = {
         "_zyg_prod_grad": prod_grad, "_zyg_prod_grad_axis2": prod_grad_axis2,
         "_zyg_max_axis": max_axis, "_zyg_min_axis": min_axis, "_zyg_prod_axis": prod_axis,
-        "_zyg_cumsum_axis": cumsum_axis,
+        "_zyg_cumsum_axis": cumsum_axis, "_zyg_extreme_axis3": extreme_axis3,
     }
     for nt in (1, 2, 3):
         for ne in range(nt, 4):
