@@ -21,6 +21,8 @@ The model (``docs/arrays.md``, DESIGN 3.5):
 """
 from __future__ import annotations
 
+import ast
+
 import operator
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -64,7 +66,7 @@ def inplace_src(target: str, op: str, expr: str) -> str:
     numba 0.68 give the name a second definition, which its SSA reconstruction then
     mixed up with the first one inside deep branches (a size-0 array, out of bounds).
     Subscripts (``a[1:3] += e``) are stores and stay as they are."""
-    if target.endswith("]"):
+    if isinstance(ast.parse(target, mode="eval").body, ast.Subscript):
         return f"{target} {op}= {expr}"
     return f"{_UFUNC[op]}({target}, {expr}, {target})"
 
@@ -180,8 +182,10 @@ class ArrayMixin:
     def rule_needs(self, st: Stmt, rule, targets: List[int]) -> Set[str]:
         """Placeholders ('x0', 'y', ...) the rule's backward code reads for ``targets``."""
         ops = list(st.expr.args)
-        x = [f"\x00x{k}\x00" for k in range(len(ops))]
-        c = self.make_ctx(st, x, "\x00y\x00", "\x00dy\x00")
+        # stand-ins for the operands and the result: the names the rule's expression reads
+        stand = {f"_zyg_need_x{k}": f"x{k}" for k in range(len(ops))}
+        stand["_zyg_need_y"] = "y"
+        c = self.make_ctx(st, list(stand)[:-1], "_zyg_need_y", "_zyg_need_dy")
         used: Set[str] = set()
         for i in targets:
             try:
@@ -190,11 +194,8 @@ class ArrayMixin:
                 raise self.err(st, f"{callee_name(st.expr.fn)}: {e}")
             if text is None:
                 continue
-            for k in range(len(ops)):
-                if x[k] in text:
-                    used.add(f"x{k}")
-            if "\x00y\x00" in text:
-                used.add("y")
+            used |= {stand[n.id] for n in ast.walk(ast.parse(text, mode="eval"))
+                     if isinstance(n, ast.Name) and n.id in stand}
         return used
 
     def make_ctx(self, st: Stmt, x: List[str], y: str, dy: str) -> arules.Ctx:

@@ -114,14 +114,16 @@ def _lsub(a: Optional[Dict], b: Optional[Dict]) -> Optional[Dict]:
 
 
 def _lrender(a: Dict) -> str:
-    parts = []
-    for k in sorted((k for k in a if k is not None), key=str):
-        c = a[k]
-        parts.append(k if c == 1 else f"-{k}" if c == -1 else f"{c} * {k}")
-    if a.get(None, 0) or not parts:
-        parts.append(str(a.get(None, 0)))
-    text = " + ".join(parts).replace("+ -", "- ")
-    return f"({text})" if len(parts) > 1 or text.startswith("-") else text
+    """The linear form ``a`` (name -> integer coefficient, None -> the constant) as source."""
+    terms = [(a[k], k) for k in sorted((k for k in a if k is not None), key=str)]
+    if a.get(None, 0) or not terms:
+        terms.append((a.get(None, 0), None))
+    text = ""
+    for j, (c, k) in enumerate(terms):
+        mag = abs(c)
+        body = str(mag) if k is None else k if mag == 1 else f"{mag} * {k}"
+        text += ("-" if c < 0 else "") + body if j == 0 else (" - " if c < 0 else " + ") + body
+    return f"({text})" if len(terms) > 1 or terms[0][0] < 0 else text
 
 
 class StructuredMixin:

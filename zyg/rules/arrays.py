@@ -15,7 +15,6 @@ scalar form branches.
 """
 from __future__ import annotations
 
-import ast
 import builtins
 import operator
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -25,6 +24,7 @@ import numpy as np
 from ..numerics import njit, options_tag
 from ..ssa.analysis import array_ndim, is_array, is_complex
 from . import scalar
+from .scalar import _subst
 from .registry import nondifferentiable
 
 _NOCONST = object()
@@ -68,30 +68,6 @@ class ARule:
 
 
 ARRAY_RULES: Dict[Any, ARule] = {}
-
-
-class _Substitute(ast.NodeTransformer):
-    def __init__(self, names: Dict[str, ast.expr]):
-        self.names = names
-
-    def visit_Name(self, node: ast.Name) -> ast.expr:
-        return self.names.get(node.id, node)
-
-
-def _subst(expr: str, names: Dict[str, str]) -> str:
-    """The derivative template ``expr`` (in the names ``x``, ``y``, ...) with each name
-    replaced by the expression ``names[name]`` (a syntax-tree substitution)."""
-    tree = ast.parse(expr, mode="eval")
-    return ast.unparse(_Substitute({k: _operand(v) for k, v in names.items()}).visit(tree))
-
-
-def _operand(src: str) -> ast.expr:
-    """The expression ``src`` as a tree; a placeholder that is no expression (the markers
-    with which ``pullbacks/arrays.py`` finds the operands a rule reads) as a name."""
-    try:
-        return ast.parse(src, mode="eval").body
-    except SyntaxError:
-        return ast.Name(id=src, ctx=ast.Load())
 
 
 # --- elementwise -------------------------------------------------------------------------
@@ -215,19 +191,19 @@ def _binary(da: Optional[str], db: Optional[str], cplx: Optional[tuple] = None,
 def _complex_unary(name: str) -> Optional[str]:
     if name not in scalar.HOLOMORPHIC:
         return None
-    return scalar.COMPLEX_UNARY.get(name, scalar.UNARY[name]).replace("M.", "np.")
+    return scalar.with_module(scalar.COMPLEX_UNARY.get(name, scalar.UNARY[name]), "np")
 
 
 for _name, _d in scalar.UNARY.items():
     if hasattr(np, _name):
         _cd = _ABS_COMPLEX if _name == "absolute" else _complex_unary(_name)
-        ARRAY_RULES[getattr(np, _name)] = _unary(_UNARY_ARRAY.get(_name, _d).replace("M.", "np."), _cd,
+        ARRAY_RULES[getattr(np, _name)] = _unary(scalar.with_module(_UNARY_ARRAY.get(_name, _d), "np"), _cd,
                                                  f"np.{_name}", conj=_name != "absolute")
 for _name, (_da, _db) in scalar.BINARY.items():
     if hasattr(np, _name):
         _da, _db = _BINARY_ARRAY.get(_name, (_da, _db))
         ARRAY_RULES[getattr(np, _name)] = _binary(
-            _da.replace("M.", "np."), None if _db is None else _db.replace("M.", "np."),
+            scalar.with_module(_da, "np"), None if _db is None else scalar.with_module(_db, "np"),
             _POW_COMPLEX if _name == "power" else None, f"np.{_name}")
 
 for _op, _ab, _c in [(operator.add, ("1.0", "1.0"), True), (np.add, ("1.0", "1.0"), True),

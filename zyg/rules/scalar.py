@@ -18,13 +18,13 @@ reports a complex operand of, say, ``math.sin`` instead of differentiating it wr
 """
 from __future__ import annotations
 
-from typing import List
-
+import ast
 import builtins
 import cmath
 import linecache
 import math
 import operator
+from typing import Dict, List
 
 import numpy as np
 
@@ -170,13 +170,43 @@ def _prim(mod: str, name: str) -> str:
     return f"np.{name}" if mod == "math" and name in _VIA_NUMPY else f"{mod}.{name}"
 
 
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, names: Dict[str, ast.expr]):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return self.names.get(node.id, node)
+
+
+def _subst(expr: str, names: Dict[str, str]) -> str:
+    """The derivative template ``expr`` (in the names ``x``, ``y``, ...) with each name
+    replaced by the expression ``names[name]`` (a syntax-tree substitution)."""
+    tree = ast.parse(expr, mode="eval")
+    return ast.unparse(_Substitute({k: _operand(v) for k, v in names.items()}).visit(tree))
+
+
+def _operand(src: str) -> ast.expr:
+    """The expression ``src`` as a tree; a placeholder that is no expression (the markers
+    with which ``pullbacks/arrays.py`` finds the operands a rule reads) as a name."""
+    try:
+        return ast.parse(src, mode="eval").body
+    except SyntaxError:
+        return ast.Name(id=src, ctx=ast.Load())
+
+
+def with_module(template: str, mod: str) -> str:
+    """A derivative template of the tables above with its module placeholder ``M`` bound
+    to ``mod`` (``math``, ``np``, ``cmath``)."""
+    return _subst(template, {"M": mod})
+
+
 def _generate() -> str:
     out = ["# generated from the tables in zyg/rules/scalar.py", ""]
     for mod in ("math", "np"):
         for name, d in UNARY.items():
             if not hasattr(math if mod == "math" else np, name):
                 continue
-            expr = d.replace("M.", mod + ".")
+            expr = with_module(d, mod)
             out += [f"@adjoint({mod}.{name})",
                     f"def {mod}_{name}_rule(x):",
                     f"    y = {_prim(mod, name)}(x)",
@@ -186,8 +216,8 @@ def _generate() -> str:
         for name, (da, db) in BINARY.items():
             if not hasattr(math if mod == "math" else np, name) or (mod, name) == ("math", "pow"):
                 continue
-            da = da.replace("M.", mod + ".")
-            dbs = "None" if db is None else f"dy * ({db.replace('M.', mod + '.')})"
+            da = with_module(da, mod)
+            dbs = "None" if db is None else f"dy * ({with_module(db, mod)})"
             out += [f"@adjoint({mod}.{name})",
                     f"def {mod}_{name}_rule(a, b):",
                     f"    y = {_prim(mod, name)}(a, b)",
@@ -219,12 +249,12 @@ def _generate_complex() -> List[str]:
             continue
         d = COMPLEX_UNARY.get(name, UNARY[name])
         if hasattr(np, name):
-            expr = d.replace("M.", "np.")
+            expr = with_module(d, "np")
             out += _rule_text(f"@complex_adjoint(np.{name})", f"np_{name}_crule", "x",
                               f"np.{name}(x)", f"dy * np.conj({expr})")
         if hasattr(cmath, name):
             # cmath functions always return complex: the conjugated form is their only rule
-            expr = d.replace("M.", "cmath.")
+            expr = with_module(d, "cmath")
             out += _rule_text(f"@adjoint(cmath.{name})", f"cmath_{name}_rule", "x",
                               f"cmath.{name}(x)", f"dy * np.conj({expr})")
     for qual, (da, db, *sign) in COMPLEX_BINARY.items():
