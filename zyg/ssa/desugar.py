@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import copy
 import itertools
-from typing import Dict
+from typing import Dict, Optional
 
 import gast
 
@@ -60,10 +60,12 @@ def is_reduction(fn, node) -> bool:
         (fn is builtins.sum or len(node.args) == 1)
 
 
-def lower_reduction(low, fn, node, hint: str) -> Operand:
-    """Lower ``sum/min/max(<comprehension>[, start])`` as a loop; returns the result."""
-    comp = copy.deepcopy(node.args[0])
-    k = next(_COUNT)
+def renamed_comprehension(low, comp, tag: str, k: Optional[int] = None):
+    """A copy of the comprehension ``comp`` whose loop variables have fresh names
+    ``_zyg_<tag><k>_<name>``, so that they do not leak into the function:
+    ``(copy, {old: new}, k)``."""
+    comp = copy.deepcopy(comp)
+    k = next(_COUNT) if k is None else k
     names: Dict[str, str] = {}
     for g in comp.generators:
         if getattr(g, "is_async", 0):
@@ -71,8 +73,13 @@ def lower_reduction(low, fn, node, hint: str) -> Operand:
         found: list = []
         _targets(g.target, found)
         for n in found:
-            names[n] = f"_zyg_c{k}_{n}"
-    comp = _Rename(names).visit(comp)
+            names[n] = f"_zyg_{tag}{k}_{n}"
+    return _Rename(names).visit(comp), names, k
+
+
+def lower_reduction(low, fn, node, hint: str) -> Operand:
+    """Lower ``sum/min/max(<comprehension>[, start])`` as a loop; returns the result."""
+    comp, names, k = renamed_comprehension(low, node.args[0], "c")
     acc, first = f"_zyg_acc{k}", f"_zyg_first{k}"
     low.f.locals |= set(names.values()) | {acc, first}
     elt = comp.elt

@@ -29,7 +29,6 @@ differentiated (the buffer then changes shape between iterations).
 from __future__ import annotations
 
 import builtins
-import copy
 import itertools
 from typing import Any, Dict, Optional, Set
 
@@ -154,19 +153,10 @@ def push(low, name: str, value: Operand, node) -> None:
 
 
 def _rename_comp(low, comp):
-    from .desugar import _Rename, _targets
-    comp = copy.deepcopy(comp)
-    k = next(_COUNT)
-    names: Dict[str, str] = {}
-    for g in comp.generators:
-        if getattr(g, "is_async", 0):
-            raise low.unsupported(comp, "async comprehensions are not supported")
-        found: list = []
-        _targets(g.target, found)
-        for n in found:
-            names[n] = f"_zyg_l{k}_{n}"
+    from .desugar import renamed_comprehension
+    comp, names, _ = renamed_comprehension(low, comp, "l", next(_COUNT))
     low.f.locals |= set(names.values())
-    return _Rename(names).visit(comp)
+    return comp
 
 
 def _name(id_: str, store: bool = False):
