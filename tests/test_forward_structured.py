@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 
 import zyg
+from zyg import backends
 import zyg.pullbacks.forward as forward
 from zyg import api
 from zyg.pullbacks.forward import Forward
@@ -36,8 +37,9 @@ def _copy(f):
 def jvp_source(f, args) -> str:
     ir = api.ssa_of(f)
     kinds = api._kinds(args, ir.name)
-    p = plan(ir, kinds, [i for i, k in enumerate(kinds) if k in ("float", "f8[:]")], "python")
-    return Forward(p, lambda o: o).emit("f_jvp").text()
+    p = plan(ir, kinds, [i for i, k in enumerate(kinds) if k in ("float", "f8[:]")],
+             backends.get("python"))
+    return Forward(p).emit("f_jvp").text(p.backend.storage)
 
 
 def nest(x, n):

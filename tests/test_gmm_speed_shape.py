@@ -157,12 +157,12 @@ def test_packed_triangle(target):
 def test_compiled_tape_index_is_unsigned():
     from zyg.pullbacks.transform import emit_fused, plan
     from zyg.api import _kinds, ssa_of
-    from zyg.compile import wrapper_for
+    from zyg import backends
     args = (0.7, 5)
     ir = ssa_of(top_level_chain)
     for target, want in (("python", False), ("cpu", True)):
-        p = plan(ir, _kinds(args, ir.name), [0], target)
-        text = emit_fused(p, "f_vg", wrapper_for(target), value=True)[1].text()
+        p = plan(ir, _kinds(args, ir.name), [0], backends.get(target))
+        text = emit_fused(p, "f_vg", value=True)[1].text(p.backend.storage)
         assert ("_fs[np.uint64(_fsp" in text) == want, text
         assert ("_fs[_fsp" in text) != want, text
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import zyg
+from zyg import backends
 import zyg.pullbacks.arrays as zarrays
 from zyg.api import _kinds, ssa_of
 from zyg.pullbacks.transform import plan
@@ -63,7 +64,7 @@ def packed_triangle(l, x):
 def index_proofs(f, args, argnums=(0,)):
     """For each array read and write in ``f``, in order: is its first index proven >= 0?"""
     ir = ssa_of(f)
-    p = plan(ir, _kinds(args, ir.name), list(argnums), "cpu")
+    p = plan(ir, _kinds(args, ir.name), list(argnums), backends.get("cpu"))
     lb = int_lower_bounds(p.fn, p.kinds)
     out = []
     for blk in p.fn.iter_blocks():
@@ -118,13 +119,12 @@ def test_gradients(f, make, target):
 
 
 def test_compiled_source_casts_only_proven_indices():
-    from zyg.compile import wrapper_for
     from zyg.pullbacks.transform import emit_fused
     args = (RNG.uniform(-1, 1, 6), 0.5)
     ir = ssa_of(shifted_reads)
     for target in ("python", "cpu"):
-        p = plan(ir, _kinds(args, ir.name), [0], target)
-        text = emit_fused(p, "f_vg", wrapper_for(target), value=True)[1].text()
+        p = plan(ir, _kinds(args, ir.name), [0], backends.get(target))
+        text = emit_fused(p, "f_vg", value=True)[1].text(p.backend.storage)
         # three reads, two of them again in the adjoint, three shadow updates (da_1[...]):
         # all but a[i - 2]'s are cast
         assert text.count("a_1[") == 8, text

@@ -22,7 +22,7 @@ LAYERS = [
     ("rules", lambda m: (m == "zyg.rules" or m.startswith("zyg.rules.")) and m != "zyg.rules.table"),
     ("transforms", lambda m: (m == "zyg.pullbacks" or m.startswith("zyg.pullbacks.")) and
      m not in NESTED),
-    ("back ends", lambda m: m == "zyg.compile"),
+    ("back ends", lambda m: m == "zyg.compile" or m == "zyg.backends" or m.startswith("zyg.backends.")),
     ("driver", lambda m: m in ("zyg.driver", "zyg.safety", "zyg.entry")),
     ("nested transforms", lambda m: m in NESTED),
     ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table")),

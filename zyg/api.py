@@ -14,7 +14,7 @@ import numpy as np
 
 from . import dicts as _dicts, safety
 from .caches import invalidate, on_invalidate
-from .compile import TARGETS, load, wrapper_for
+from . import backends
 from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
                      _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
                      pullback, ssa_of, to_native, transform)
@@ -94,16 +94,16 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
         args = tuple(1.0 for _ in range(ir.nargs))
     kinds = _kinds(_with_hidden(ir, args), ir.name)
     wrt, _ = _normalise_argnums(argnums, ir.nargs)
-    p = plan(ir, kinds, wrt, "python")
+    p = plan(ir, kinds, wrt, backends.get("python"))
     name = _ident(ir.name)
-    code, _, _, _ = emit_split(p, name, lambda o: o)
-    _, fused, _, _, _, _, _ = emit_fused(p, name + "_vg", lambda o: o, zero_guards=False)
+    code, _, _, _ = emit_split(p, name)
+    _, fused, _, _, _, _, _ = emit_fused(p, name + "_vg", zero_guards=False)
     kinds_line = ", ".join(f"{q}: {p.kinds.get(q.id)}" for q in ir.params)
     act = ", ".join(f"%{v}" for v in sorted(p.active)) or "(none)"
     text = (f"=== SSA IR of {ir.name} ===\n{p.fn}\n\n"
             f"argument kinds: {kinds_line}\nactive values: {act}\n\n"
-            f"=== primal and adjoint (used by zyg.pullback) ===\n{code.text()}\n"
-            f"=== fused value-and-gradient (used by zyg.grad) ===\n{fused.text()}")
+            f"=== primal and adjoint (used by zyg.pullback) ===\n{code.text(p.backend.storage)}\n"
+            f"=== fused value-and-gradient (used by zyg.grad) ===\n{fused.text(p.backend.storage)}")
     print(text, file=file or sys.stdout)
     return text
 
@@ -125,8 +125,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     tangents = tuple(tangents)
     if len(primals) != len(tangents):
         raise TypeMismatch(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+    backend = backends.get(target)      # ValueError for an unknown target
     if _dicts.has_dict(primals):
         # dict arguments (zyg/dicts.py): their tangents are dicts of the same keys
         code = getattr(unwrap(f), "__code__", None)
@@ -136,7 +135,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         primals = tuple(_dicts.to_tuples(a) for a in primals)
         y, ty = jvp(f, primals, tangents, target=target)
         return _dicts.to_dicts(y), _dicts.to_dicts(ty)
-    if target != "python" and has_foreign(primals + tangents):
+    if backend.native_byte_order and has_foreign(primals + tangents):
         # numba compiles native byte order only; forward mode writes into copies anyway
         primals = tuple(to_native(a) for a in primals)
         tangents = tuple(to_native(a) for a in tangents)
@@ -154,12 +153,12 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     key = (py, target, tuple(kinds), ir.reads)
     entry = _JVPS.get(key)
     if entry is None:
-        p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], target)
+        p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], backend)
         check_forward_kinds(p)
-        fwd = Forward(p, wrapper_for(target))
+        fwd = Forward(p)
         stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
         code = fwd.emit(stem)
-        (fn,), path, locs = load(code, fwd.ns.ns, [stem], target, stem)
+        (fn,), path, locs = backend.load(code, fwd.ns.ns, [stem], stem)
         fn = _checked(fn, path, locs, ir.name)
         trees = p.flat.param_trees if p.flat is not None else [None] * len(primals)
         active = [fwd.active(q) for q in p.fn.params]
@@ -246,9 +245,10 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
         return got
     inner = _grad_source(f, args[:nuser], argnum)
     ir = ssa_of(inner)
-    p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], target)
+    p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)],
+             backends.get(target))
     check_forward_kinds(p)
-    fwd = Forward(p, wrapper_for(target))
+    fwd = Forward(p)
     stem = f"{_ident(ir.name)}_h"
     code = fwd.emit(stem + "_jvp")
     params = [var_name(q) for q in p.fn.params]
@@ -276,8 +276,8 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
     else:
         code.add(1, "_e = 1.0")
         code.add(1, f"return {call}")
-    fns, path, locs = load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
-                           target, stem)
+    fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
+                                     stem)
     got = _HESS[key] = [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
     return got
 
@@ -294,7 +294,7 @@ def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
     without forming the Hessian: forward mode over the reverse-mode gradient (one pass)."""
     args = (x,) + tuple(rest)
     _refuse_dicts("hvp", f, args)
-    if target != "python":
+    if backends.get(target).native_byte_order:
         args = tuple(to_native(a) for a in args)
         x = args[0]
     slot = _second_order(f, args, 0, target)
@@ -317,7 +317,7 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
     def h(*args):
         a = int(argnums) % len(args)
         _refuse_dicts("hessian", f, args)
-        if target != "python":
+        if backends.get(target).native_byte_order:
             args = tuple(to_native(a) for a in args)
         x = args[a]
         if isinstance(x, np.ndarray) and x.ndim != 1:
@@ -362,8 +362,9 @@ def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
     out = _JVP_SOURCES.get(key)
     if out is not None:
         return out
-    p = plan(ir, kinds, [b], "python")
-    fwd = Forward(p, lambda o: o)
+    python = backends.get("python")
+    p = plan(ir, kinds, [b], python)
+    fwd = Forward(p)
     stem = f"{_ident(ir.name)}_t{b}"
     code = fwd.emit(stem + "_jvp")
     params = [var_name(q) for q in p.fn.params]
@@ -372,7 +373,7 @@ def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
     code.add(0, f"def {stem}({', '.join(params)}):")
     code.add(1, f'"""d {ir.name} / d argument {b} (forward mode), for nested derivatives."""')
     code.add(1, f"return {stem}_jvp({', '.join(params + tans)})[1]")
-    (out,), _, _ = load(code, fwd.ns.ns, [stem], "python", stem)
+    (out,), _, _ = python.load(code, fwd.ns.ns, [stem], stem)
     _JVP_SOURCES[key] = out
     return out
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from . import dicts as _dicts, safety
 from .caches import on_invalidate
-from .compile import LOAD_LOCK, compile_error, compile_for_types, load, wrapper_for, TARGETS
+from . import backends
+from .compile import LOAD_LOCK, compile_error, compile_for_types
 from .entry import adapt
 from .errors import TypeMismatch
 from .numerics import DEFERRED as _DEFERRED, ZeroCotangentRetry, raise_deferred as _raise_deferred
@@ -147,8 +148,7 @@ class _Specializer:
     def __init__(self, f: Callable, argnums, target: str, mode: str,
                  statics: Optional[Dict[int, Any]] = None):
         self.statics = statics
-        if target not in TARGETS:
-            raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+        self.backend = backends.get(target)      # ValueError for an unknown target
         self.f = f
         self.argnums = argnums
         self.target = target
@@ -164,9 +164,7 @@ class _Specializer:
             got = self.cache.get(key)
             if got is not None and not isinstance(got, (_StaticDispatch, _ArrayDispatch)):
                 return got
-            if self.target == "cpu":
-                from .numerics import install_sigint_guard
-                install_sigint_guard()
+            self.backend.prepare()
             return self._build(args, key)
 
     def _build(self, args: Sequence[Any], key) -> Callable:
@@ -194,19 +192,18 @@ class _Specializer:
         kinds = _kinds(args, ir.name)
         # numba compiles arrays in the machine's byte order only: the cpu target runs on
         # native copies of byte-swapped arrays (refused where the function writes into one)
-        foreign = self.target != "python" and has_foreign(args)
+        foreign = self.backend.native_byte_order and has_foreign(args)
         full = _with_hidden(ir, args)
         self._orig = full if foreign else None
         if foreign:
             full = tuple(to_native(a) for a in full)
         kinds += [kind_of_value(a) for a in full[len(args):]]
-        wrap = wrapper_for(self.target)
         self._args = full
         try:
             if self.mode == "pullback":
-                entry = self._build_pullback(ir, kinds, wrap)
+                entry = self._build_pullback(ir, kinds)
             else:
-                entry = self._build_grad(ir, kinds, wrap)
+                entry = self._build_grad(ir, kinds)
         finally:
             self._args = self._orig = None
         if ir.reads:
@@ -224,7 +221,7 @@ class _Specializer:
         orig = self._orig if self._orig is not None else self._args
         if p.flat is not None and self._orig is not None:
             orig = _flatten_args(orig, p.flat.param_trees)
-        g.check_writable(orig, native=self.target != "python")
+        g.check_writable(orig, native=self.backend.native_byte_order)
 
     def rebuild(self, args: Sequence[Any]) -> Any:
         """A guard failed (a helper, global or captured value changed): forget every
@@ -232,10 +229,10 @@ class _Specializer:
         self.cache.clear()
         return self.build(args)(*args)
 
-    def _build_grad(self, ir: Function, kinds: List[str], wrap) -> Callable:
+    def _build_grad(self, ir: Function, kinds: List[str]) -> Callable:
         wrt, single = _normalise_argnums(self.argnums, ir.nargs)
         value = self.mode == "value_and_grad"
-        p = plan(ir, kinds, wrt, self.target)
+        p = plan(ir, kinds, wrt, self.backend)
         if p.ret_kind == "complex":
             raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns a complex number; grad "
                                "and value_and_grad need a real output (as JAX's grad without "
@@ -252,19 +249,19 @@ class _Specializer:
         if p.flat is not None:
             self._args = tuple(_flatten_args(self._args, p.flat.param_trees))
         self._refuse_unwritable(p, ir)
-        target = self.target
+        backend = self.backend
 
         def make(zero_guards: bool, args):
             name = fname if not zero_guards else fname + "_z"
-            _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, wrap, value=value,
+            _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, value=value,
                                                                      zero_guards=zero_guards)
-            loaded, path, locs = load(code, ns.ns, parts + [name], target, name)
+            loaded, path, locs = backend.load(code, ns.ns, parts + [name], name)
             fn = loaded[-1]
             if stacks:
                 fn = _pooled(fn, stacks, value)
             else:
                 fn = _fast(_checked(fn, path, locs, ir.name), args)
-            if stacks and target == "cpu":
+            if stacks and backend.compiled:
                 _checked(fn.compiled, path, locs, ir.name).compile_for(
                     tuple(args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
             return fn, diffable, retry
@@ -273,7 +270,7 @@ class _Specializer:
         # without them and, in the rare case that a gradient comes out nan (which is when
         # leaving them out can matter), again with them, compiled then (docs/numerics.md).
         # Not on python: speed matters less there than numpy's warnings for the 0 * inf
-        fn, diffable, retry = make(target == "python", self._args)
+        fn, diffable, retry = make(backend.zero_guards_first, self._args)
         if retry:
             fn = _with_zero_guards(fn, lambda args: make(True, args)[0])
         fn = safety.guard_grad(fn, self.mode, p, ir)
@@ -296,19 +293,19 @@ class _Specializer:
             return lambda *a: _vg_post(fn(*a), post)
         return lambda *a: post(fn(*a))
 
-    def _build_pullback(self, ir: Function, kinds: List[str], wrap) -> Callable:
+    def _build_pullback(self, ir: Function, kinds: List[str]) -> Callable:
         wrt = list(range(ir.nargs))      # not the hidden parameters
         nhidden = len(ir.params) - ir.nargs
-        p = plan(ir, kinds, wrt, self.target)
+        p = plan(ir, kinds, wrt, self.backend)
         flat = p.flat
         if flat is not None:
             self._args = tuple(_flatten_args(self._args, flat.param_trees))
             kinds = [flat.kinds[q.id] for q in p.fn.params]
         self._refuse_unwritable(p, ir)
         stem = f"{self.name}_pullback"
-        code, ns, tape, mutates = emit_split(p, stem, wrap)
-        (prim, adj), path, locs = load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
-                                       self.target, stem)
+        code, ns, tape, mutates = emit_split(p, stem)
+        (prim, adj), path, locs = self.backend.load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
+                                                    stem)
         prim = _fast(_checked(prim, path, locs, ir.name), self._args)
         adj = _checked(adj, path, locs, ir.name)
         guard = safety.for_plan(self.mode, p, ir)
@@ -775,13 +772,14 @@ def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Cal
                            "supported yet")
     if len(kinds) != len(ir.params):
         raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments")
-    p = plan(ir, kinds, [argnum], "python")
+    python = backends.get("python")
+    p = plan(ir, kinds, [argnum], python)
     if not differentiable(kinds[argnum]):
         raise TypeMismatch(f"argument {argnum} of {ir.name} is not differentiable ({kinds[argnum]})")
     if not (p.ret_kind == "float"):
         raise TypeMismatch(f"{ir.name} must return a real number for a Hessian (it returns {p.ret_kind})")
     stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_d{argnum}"
-    code, ns, tape, mutates = emit_split(p, stem, lambda o: o)
+    code, ns, tape, mutates = emit_split(p, stem)
     params = [var_name(q) for q in p.fn.params]
     code.add(0, "")
     code.add(0, f"def {stem}_grad({', '.join(params)}):")
@@ -789,6 +787,6 @@ def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Cal
     code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
     code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
     code.add(1, "return _g[0]")
-    (fn,), _, _ = load(code, ns.ns, [stem + "_grad"], "python", stem)
+    (fn,), _, _ = python.load(code, ns.ns, [stem + "_grad"], stem)
     _GRAD_SOURCES[key] = fn
     return fn

@@ -61,11 +61,10 @@ def numba_options() -> Dict[str, Any]:
     return opts
 
 
-def options_tag(target: str = "cpu") -> str:
-    """A line naming the target and its compile options; it goes into the generated text,
-    so that code compiled otherwise has another file hash, module name and numba cache."""
-    if target == "python":
-        return "# target python: numpy float semantics (zyg/numerics.py)"
+def options_tag() -> str:
+    """A line naming the numba options in force; it goes into the text of code generated
+    for the cpu target (``zyg/backends/cpu.py``), so that code compiled otherwise has
+    another file hash, module name and numba cache."""
     return "# target cpu: numba " + ", ".join(f"{k}={v!r}" for k, v in sorted(numba_options().items()))
 
 

@@ -9,23 +9,22 @@ recomputed instead of taped, so a rule's forward part runs once more in the adjo
 
 Before returning, the vjp checks that each gradient has its argument's shape (a
 scalar for a scalar argument) and raises ``zyg.TypeMismatch`` naming the rule, the
-argument and, on target "python", both shapes.
+argument and, where the back end does not compile, both shapes.
 """
 from __future__ import annotations
 
 import ast
 import inspect
 import textwrap
-import types
 from typing import Any, List, Optional
 
-from .. import numerics
 from ..errors import TypeMismatch, UnsupportedSyntax
 from ..ssa.analysis import array_ndim, is_array
 
 
-def _vjp_source(rule_fn, name: str, kinds: List[str], nonzero: List[bool], target: str):
-    """Source of ``<name>_vjp`` and the rule's file and line (for messages)."""
+def _vjp_source(rule_fn, name: str, kinds: List[str], nonzero: List[bool], compiled: bool):
+    """Source of ``<name>_vjp`` and the rule's file and line (for messages); ``compiled``:
+    for a compiling back end (its messages are constant strings)."""
     src = textwrap.dedent(inspect.getsource(rule_fn))
     tree = ast.parse(src)
     fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
@@ -47,7 +46,7 @@ def _vjp_source(rule_fn, name: str, kinds: List[str], nonzero: List[bool], targe
             want = "a number"
         msg = (f"the pullback of the custom rule for {name!r} returned a gradient for "
                f"argument {p!r} that is not {want}")
-        if target == "python":
+        if not compiled:
             detail = (f"' (got shape ' + str(np.shape(_zyg_r[{i}])) + ', argument shape ' + "
                       f"str(np.shape({p})) + ')'")
             text = f"{msg!r} + {detail}"
@@ -87,20 +86,9 @@ def user_array_rule(em, st, fn) -> Optional[Any]:
 
 def _make_vjp(em, rule, conv, kinds: List[str]) -> str:
     base = conv.name if conv.name != "rule" else getattr(rule.fn, "__name__", "rule")
-    src, _ = _vjp_source(rule.rule_fn, base, kinds, conv.nonzero, em.p.target)
+    src, _ = _vjp_source(rule.rule_fn, base, kinds, conv.nonzero, em.p.backend.compiled)
     glob = dict(conv.globals)
     glob["_zyg_TypeMismatch"] = TypeMismatch
     glob.setdefault("np", __import__("numpy"))
-    label = f"<zyg rule {base} vjp>"
-    if em.p.target == "python":
-        glob.update(numerics.HELPERS)
-        exec(numerics.python_semantics(src, label, glob), glob)
-        fobj = glob[f"{base}_vjp"]
-    else:
-        exec(compile(src, label, "exec"), glob)
-        fobj = glob[f"{base}_vjp"]
-        for k, v in list(glob.items()):
-            if isinstance(v, types.FunctionType) and v is not fobj and not k.startswith("__"):
-                glob[k] = em.wrap(v)
-        fobj = numerics.njit(fobj)
+    fobj = em.p.backend.function(src, f"<zyg rule {base} vjp>", glob, f"{base}_vjp")
     return em.ns.ref(fobj, f"{base}_vjp")

@@ -32,8 +32,8 @@ from ..errors import NoAdjoint, UnsupportedSyntax
 from ..rules import arrays as arules, dispatch
 from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, is_array, is_tuple,
                             tuple_elts)
-from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Grow, Peek, Pop, Reserve, RoomCheck,
-                        Store, var_name)
+from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Grow, Peek, Pop, PopArray,
+                        PushArray, Reserve, RoomCheck, Store, var_name)
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
 from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
                          index_src)
@@ -326,7 +326,7 @@ class ArrayMixin:
         """Does ``x[spec]`` need the mask helpers (a 2-D mask on a compiled target)?"""
         from .fancy import needs_mask_helper
         kinds = self.fancy_kinds(spec, ops)
-        return kinds is not None and needs_mask_helper(spec, kinds, self.p.target)
+        return kinds is not None and needs_mask_helper(spec, kinds, self.p.backend.nd_masks)
 
     def get_src(self, spec, base, ops, base_txt: str, ops_txt: List[str]) -> str:
         """Source of the read ``base[index]``."""
@@ -349,7 +349,7 @@ class ArrayMixin:
         if kinds is None:
             return
         from .fancy import unsupported_reason
-        why = unsupported_reason(spec, kinds, self.p.target)
+        why = unsupported_reason(spec, kinds, self.p.backend.nd_masks)
         if why is not None:
             raise self.err(st, f"differentiating {why} is not supported",
                            hint="index with one integer or boolean array (x[idx], x[idx, :], "
@@ -607,7 +607,7 @@ class ArrayMixin:
         cast to ``np.uint64``: numba then leaves out its negative-index wraparound (a
         compare and select on every access, which also keeps LLVM from simplifying
         the address arithmetic of inner loops). The value is the same."""
-        if UNSIGNED_INDEX and self.p.target != "python" and isinstance(base, Var) and self.is_arr(base):
+        if UNSIGNED_INDEX and self.p.backend.compiled and isinstance(base, Var) and self.is_arr(base):
             ops = list(ops)
             k = 0
             for s in spec:
@@ -802,7 +802,7 @@ class ArrayMixin:
             code.put(ind, RoomCheck(s, need))
             code.put(ind + 1, Grow(s, need))
             code.put(ind + 1, Capacity(s))
-            code.add(ind, f"_{s}s = _zyg_push_array(_{s}s, _{s}sp, {value})")
+            code.put(ind, PushArray(s, value))
             code.put(ind, Advance(s, f"{value}.size"))
             code.put(ind, Capacity(s))
             nd = array_ndim(kind)
@@ -811,30 +811,17 @@ class ArrayMixin:
             code.put(ind, Advance("i", nd))
         else:
             s = KIND_STACK.get(kind, "f")
-            code.put(ind, Store(s, None, value, self.p.target != "python"))
+            code.put(ind, Store(s, None, value))
             code.put(ind, Advance(s, 1))
 
     def pop_now(self, local_name: str, kind: str, ind: int, code: Code) -> None:
         if is_array(kind):
-            s = stack_of_array(kind)
-            nd = array_ndim(kind)
-            code.put(ind, Pop("i", nd))
-            shape = "(" + "".join(f"_is[_isp + {k}], " for k in range(nd)) + ")" if nd > 1 else None
-            code.add(ind, "_sz = " + " * ".join(f"_is[_isp + {k}]" for k in range(nd)))
-            code.put(ind, Pop(s, "_sz"))
-            view = f"_{s}s[_{s}sp:_{s}sp + _sz]"
-            if shape is not None:
-                view = f"{view}.reshape({shape})"
-            dt = array_dtype(kind)
-            if kind[0] == "b":
-                view = f"({view} != 0)"
-            elif dt not in ("float64", "int64", "complex128"):
-                view = f"{view}.astype(np.{dt})"
-            code.add(ind, f"{local_name} = {view}")
+            dt = "bool" if kind[0] == "b" else array_dtype(kind)
+            code.put(ind, PopArray(local_name, stack_of_array(kind), array_ndim(kind), dt))
         else:
             s = KIND_STACK.get(kind, "f")
             code.put(ind, Pop(s, 1))
-            code.put(ind, Peek(local_name, s, None, self.p.target != "python"))
+            code.put(ind, Peek(local_name, s, None))
 
     def array_block_demand(self, blk) -> Dict[str, int]:
         need: Dict[str, int] = {}

@@ -25,8 +25,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from .. import numerics
-from ..compile import load, wrapper_for
+from .. import backends
 from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch
 from ..rules.higher import Checkpointed, checkpointed_range
@@ -158,17 +157,17 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     skinds = ["int"] + list(kinds)
     m = len(kinds) - n
     stem = _ident(ir.name)
-    wrap = wrapper_for(target)
+    backend = backends.get(target)
     # the plain step (nothing differentiated: its tape is empty but for control flow)
-    p0 = plan(ir, skinds, [], target)
-    c0, ns0, _, _ = emit_split(p0, stem + "_run", wrap)
-    (run,), _, _ = load(c0, ns0.ns, [stem + "_run_primal"], target, stem + "_run")
+    p0 = plan(ir, skinds, [], backend)
+    c0, ns0, _, _ = emit_split(p0, stem + "_run")
+    (run,), _, _ = backend.load(c0, ns0.ns, [stem + "_run_primal"], stem + "_run")
     # the recorded step and its adjoint
     diff = [i for i, k in enumerate(skinds) if differentiable(k)]
-    p1 = plan(ir, skinds, diff, target)
-    c1, ns1, _, _ = emit_split(p1, stem + "_rev", wrap)
-    (rec, adj), _, _ = load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"], target,
-                            stem + "_rev")
+    p1 = plan(ir, skinds, diff, backend)
+    c1, ns1, _, _ = emit_split(p1, stem + "_rev")
+    (rec, adj), _, _ = backend.load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"],
+                                    stem + "_rev")
     cn = [f"c{i}" for i in range(n)]
     fn_ = [f"f{j}" for j in range(m)]
     ck, fk = kinds[:n], kinds[n:]
@@ -260,10 +259,9 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     name = f"<zyg checkpointed loop {stem}>"
     exec(compile(src, name, "exec"), glob)
     fwd, bwd = glob["_ck_fwd"], glob["_ck_bwd"]
-    if target != "python":
-        for h in ("_ck_beta", "_ck_split"):
-            glob[h] = numerics.njit(glob[h])
-        fwd, bwd = numerics.njit(fwd), numerics.njit(bwd)
+    for h in ("_ck_beta", "_ck_split"):
+        glob[h] = backend.jit(glob[h])
+    fwd, bwd = backend.jit(fwd), backend.jit(bwd)
     out = _Compiled(fwd, bwd, diff_free, kinds)
     out.source = src
     out.rec = rec
@@ -277,10 +275,11 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     _no_hidden(ir, step)
     skinds = ["int"] + list(kinds)
     stem = _ident(ir.name) + "_tan"
-    p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], target)
-    fwd = Forward(p, wrapper_for(target))
+    backend = backends.get(target)
+    p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], backend)
+    fwd = Forward(p)
     code = fwd.emit(stem)
-    (jf,), _, _ = load(code, fwd.ns.ns, [stem], target, stem)
+    (jf,), _, _ = backend.load(code, fwd.ns.ns, [stem], stem)
     m = len(kinds) - n
     cn = [f"c{i}" for i in range(n)]
     fn_ = [f"f{j}" for j in range(m)]
@@ -304,8 +303,7 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     glob = {"np": np, "_ck_jvp": jf}
     exec(compile(src, f"<zyg checkpointed loop {stem}>", "exec"), glob)
     f = glob["_ck_tan"]
-    if target != "python":
-        f = numerics.njit(f)
+    f = backend.jit(f)
     return f
 
 

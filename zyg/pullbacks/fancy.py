@@ -17,9 +17,10 @@ from ..ssa.fancy import array_parts
 from ..ssa.prims import index_src
 
 
-def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str], target: str = "python"
+def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str], nd_masks: bool = True
                        ) -> Optional[str]:
-    """Why zyg cannot differentiate this advanced index (None when it can)."""
+    """Why zyg cannot differentiate this advanced index (None when it can); ``nd_masks``:
+    the target indexes with boolean masks of several dimensions (``Backend.nd_masks``)."""
     parts = array_parts(spec, op_kinds)
     if len(parts) > 1:
         return "an index with more than one array part (x[rows, cols])"
@@ -30,7 +31,7 @@ def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str], target: str
         return f"an index array of kind {kd} (indices must be integer or boolean arrays)"
     if kd[0] != "b" and array_ndim(kd) != 1:
         return "an integer index array with more than one dimension"
-    if kd[0] == "b" and array_ndim(kd) > 1 and target != "python" and spec != ("i",):
+    if kd[0] == "b" and array_ndim(kd) > 1 and not nd_masks and spec != ("i",):
         return "a boolean mask of more than one dimension combined with other index parts"
     # numpy moves the selected axis first when integers and the array are separated
     # by a slice; zyg supports the layouts where it stays in place
@@ -168,9 +169,9 @@ def helpers_py():
     return {"_zyg_mask_gather": mask_gather, "_zyg_mask_fill": mask_fill, "_zyg_mask_put": mask_put}
 
 
-def needs_mask_helper(spec, op_kinds, target: str) -> bool:
-    """Is this a mask of more than one dimension that numba cannot index with?"""
-    if target == "python":
+def needs_mask_helper(spec, op_kinds, nd_masks: bool) -> bool:
+    """Is this a mask of more than one dimension that the target cannot index with?"""
+    if nd_masks:
         return False
     parts = array_parts(spec, op_kinds)
     return bool(parts) and parts[0][2][0] == "b" and array_ndim(parts[0][2]) > 1

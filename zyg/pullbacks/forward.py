@@ -60,10 +60,10 @@ def _helper_linear() -> Dict[Any, tuple]:
 
 
 class Forward:
-    def __init__(self, p, wrap):
+    def __init__(self, p):
         self.p = p
         self.fn = p.fn
-        self.ns = Namespace(wrap)
+        self.ns = Namespace(p.backend.wrap)
         self.act: Set[int] = set(p.active)
 
     # -- helpers -------------------------------------------------------------------------
@@ -397,7 +397,7 @@ class Forward:
                 else:
                     self.term(blk, 3, code)
         code.add(1, "return _ret, _tret")
-        for k, v in tape_helpers(self.p.target).items():
+        for k, v in tape_helpers(self.p.backend).items():
             self.ns.ns[k] = v
         return code
 

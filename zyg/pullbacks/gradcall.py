@@ -33,7 +33,7 @@ import gast
 
 from .. import driver
 from ..caches import on_invalidate
-from ..compile import load, wrapper_for
+from .. import backends
 from ..driver import _grad_source_of_kinds, ssa_of
 from ..errors import TypeMismatch
 from ..rules import arrays as arules
@@ -139,14 +139,15 @@ def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable
     fn = _GRADS.get(key)
     if fn is not None:
         return fn
-    if target == "python":
-        fn = _grad_source_of_kinds(g, kinds, a)
+    backend = backends.get(target)
+    if not backend.compiled:
+        fn = _grad_source_of_kinds(g, kinds, a)     # the driver's python source, loaded
     else:
         _grad_source_of_kinds(g, kinds, a)      # the same checks, and the source reused below
         ir = ssa_of(g)
-        p = plan(ir, list(kinds), [a], target)
+        p = plan(ir, list(kinds), [a], backend)
         stem = f"{_ident(g)}_gd{a}"
-        code, ns, _, _ = emit_split(p, stem, wrapper_for(target))
+        code, ns, _, _ = emit_split(p, stem)
         params = [var_name(q) for q in p.fn.params]
         code.add(0, "")
         code.add(0, f"def {stem}({', '.join(params)}):")
@@ -155,8 +156,8 @@ def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable
         code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
         code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
         code.add(1, "return _g[0]")
-        (_, _, fn), _, _ = load(code, ns.ns, [stem + "_primal", stem + "_adjoint", stem],
-                                target, stem)
+        (_, _, fn), _, _ = backend.load(code, ns.ns, [stem + "_primal", stem + "_adjoint", stem],
+                                        stem)
     fn = _GRADS[key] = _uncacheable(fn)
     return fn
 
@@ -175,9 +176,9 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
         return fn
     inner = _grad_source_of_kinds(g, kinds, b)
     ir = ssa_of(inner)
-    p = plan(ir, list(kinds), list(on), target)
+    p = plan(ir, list(kinds), list(on), backends.get(target))
     check_forward_kinds(p)
-    fwd = Forward(p, wrapper_for(target))
+    fwd = Forward(p)
     on_s = "".join(str(i) for i in on)
     stem = f"{_ident(g)}_gd{b}_t{on_s}"
     code = fwd.emit(stem + "_jvp")
@@ -189,7 +190,7 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
     code.add(1, f'"""d/de of d {getattr(g, "__name__", "g")} / d argument {b} at the arguments '
                 f'plus e times the tangents of arguments {list(on)}."""')
     code.add(1, f"return {stem}_jvp({', '.join(params + passed)})[1]")
-    (_, fn), _, _ = load(code, fwd.ns.ns, [stem + "_jvp", stem], target, stem)
+    (_, fn), _, _ = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem], stem)
     fn = _TANGENTS[key] = _uncacheable(fn)
     return fn
 

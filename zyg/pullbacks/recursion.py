@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from ..errors import TypeMismatch
-from .. import numerics
+from .. import backends
 from ..numerics import STACK_GUARD
 from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
 from ..driver import pullback
@@ -133,25 +133,16 @@ def recursive_rule(fn: Any, kinds: List[str], out_kind: str, target: str,
     gnames = [f"g{i}" for i in diff]
     zeros = [f"    g{i} = 0.0" for i in range(n) if i not in diff]
     rets = ", ".join(f"g{i}" for i in range(n)) + ("," if n == 1 else "")
-    if target == "python":
-        fwd = f"def {name}_fwd({', '.join(params)}):\n    y = {call}\n    return (y,)\n"
-        bwd = (f"def {name}_bwd({', '.join(params + ['dy'])}):\n"
-               + (f"    {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = {bcall}\n"
-                  if gnames else f"    {bcall}\n")
-               + "".join(z + "\n" for z in zeros) + f"    return ({rets})\n")
-    else:
-        import numba
-        glob["numba"] = numba
-        fwd = (f"def {name}_fwd({', '.join(params)}):\n"
-               f"    with numba.objmode(y={numba_type(out_kind)!r}):\n"
-               f"        y = {call}\n"
-               f"    return (y,)\n")
-        decl = ", ".join(f"g{i}={numba_type(kinds[i])!r}" for i in diff)
-        bwd = (f"def {name}_bwd({', '.join(params + ['dy'])}):\n"
-               + (f"    with numba.objmode({decl}):\n"
-                  f"        {', '.join(gnames)}{',' if len(gnames) == 1 else ''} = {bcall}\n"
-                  if gnames else f"    with numba.objmode():\n        {bcall}\n")
-               + "".join(z + "\n" for z in zeros) + f"    return ({rets})\n")
+    backend = backends.get(target)
+    fwd = (f"def {name}_fwd({', '.join(params)}):\n"
+           + "".join(f"    {ln}\n" for ln in backend.call_python(f"y = {call}", [("y", numba_type(out_kind))],
+                                                                   glob))
+           + "    return (y,)\n")
+    back = f"{', '.join(gnames)}{',' if len(gnames) == 1 else ''} = {bcall}" if gnames else bcall
+    outs = [(f"g{i}", numba_type(kinds[i])) for i in diff]
+    bwd = (f"def {name}_bwd({', '.join(params + ['dy'])}):\n"
+           + "".join(f"    {ln}\n" for ln in backend.call_python(back, outs, glob))
+           + "".join(z + "\n" for z in zeros) + f"    return ({rets})\n")
     conv = ConvertedRule(name=name, params=params, out=None, fwd_expr=None, back_param="dy",
                          back_exprs=None, free=list(params), fwd_src=fwd, bwd_src=bwd,
                          nonzero=[i in diff for i in range(n)], extra_res=[], globals=glob,
@@ -192,31 +183,14 @@ _HELPERS: Dict[Any, Any] = {}
 
 
 def _python_call(name: str, params: List[str], call: str, kind: str, glob: Dict[str, Any], target: str):
-    """Compile ``def name(*params): return call`` where ``call`` runs Python code: on the
-    cpu target inside ``numba.objmode``, its result declared of ``kind``."""
-    if target == "python":
-        src = f"def {name}({', '.join(params)}):\n    return {call}\n"
-    else:
-        import numba
-        glob["numba"] = numba
-        src = (f"def {name}({', '.join(params)}):\n"
-               f"    with numba.objmode(r={numba_type(kind)!r}):\n"
-               f"        r = {call}\n"
-               f"    return r\n")
-    return _compile(src, name, glob, target)
-
-
-def _compile(src: str, name: str, glob: Dict[str, Any], target: str):
-    if target == "python":
-        glob.update(numerics.HELPERS)
-        exec(numerics.python_semantics(src, f"<zyg recursion {name}>", glob), glob)
-    else:
-        exec(compile(src, f"<zyg recursion {name}>", "exec"), glob)
-    fobj = glob[name]
-    if target != "python":
-        fobj = numerics.njit(fobj)
-        fobj._zyg_uncacheable = True
-    return fobj
+    """Compile ``def name(*params): return call`` where ``call`` runs Python code (on a
+    compiling back end, its result declared of ``kind``)."""
+    backend = backends.get(target)
+    src = (f"def {name}({', '.join(params)}):\n"
+           + "".join(f"    {ln}\n" for ln in backend.call_python(f"r = {call}", [("r", numba_type(kind))],
+                                                                   glob))
+           + "    return r\n")
+    return backend.function(src, f"<zyg recursion {name}>", glob, name, uncacheable=True)
 
 
 def call_helper(fn: Any, kinds: List[str], out_kind: str, target: str, record: bool):

@@ -12,6 +12,8 @@ may be called several times).
 """
 from __future__ import annotations
 
+from typing import List, Optional
+
 import numpy as np
 
 STACKS = {"f": ("np.float64", "float"), "i": ("np.int64", "int"), "c": ("np.complex128", "complex"),
@@ -33,14 +35,89 @@ def grow(old, need):
     return new
 
 
-_njit_grow: dict = {}
+class NumpyStacks:
+    """The tape's storage on the python and cpu back ends: per stack a growable numpy
+    buffer ``_<s>s``, its capacity ``_<s>cap``, its top ``_<s>sp`` and the room a counted
+    loop asked for ``_<s>want``, all local variables of the generated function.  Buffers
+    grow (``_zyg_grow``, bound by the emitter to the back end's :func:`grow`) when a block's
+    room check fails, outside the hot loop.
 
+    ``unsigned``: subscripts are cast to ``np.uint64`` (compiled code then leaves out the
+    negative-index wraparound, a compare and a select on every push and pop; the top is
+    never negative).  Measured on GMM: the gradient 9% faster."""
 
-def grow_for(target: str):
-    if target == "python":
-        return grow
-    from ..numerics import njit, options_tag
-    got = _njit_grow.get(options_tag())
-    if got is None:
-        got = _njit_grow[options_tag()] = njit(grow)
-    return got
+    def __init__(self, unsigned: bool):
+        self.unsigned = unsigned
+
+    def lower(self, node) -> List[str]:
+        """The statements (one indentation level) that ``node`` is on this storage."""
+        return getattr(self, "_" + type(node).__name__)(node)
+
+    def index(self, e: str) -> str:
+        return f"np.uint64({e})" if self.unsigned else e
+
+    def slot(self, s: str, offset: Optional[int]) -> str:
+        return f"_{s}s[{self.index(f'_{s}sp' if offset is None else f'_{s}sp + {offset}')}]"
+
+    def _StackInit(self, n) -> List[str]:
+        s = n.stack
+        if n.pooled:
+            head = [f"_{s}s = _{s}0", f"_{s}cap = _{s}0.shape[0]"]
+        else:
+            head = [f"_{s}s = np.empty({INITIAL}, {STACKS[s][0]})", f"_{s}cap = {INITIAL}"]
+        return head + [f"_{s}sp = 0", f"_{s}want = 0"]
+
+    def _Store(self, n) -> List[str]:
+        return [f"{self.slot(n.stack, n.offset)} = {n.value}"]
+
+    def _Advance(self, n) -> List[str]:
+        return [f"_{n.stack}sp += {n.count}"]
+
+    def _Pop(self, n) -> List[str]:
+        return [f"_{n.stack}sp -= {n.count}"]
+
+    def _Peek(self, n) -> List[str]:
+        return [f"{n.name} = {self.slot(n.stack, n.offset)}"]
+
+    def _PushArray(self, n) -> List[str]:
+        s = n.stack
+        return [f"_{s}s = _zyg_push_array(_{s}s, _{s}sp, {n.value})"]
+
+    def _PopArray(self, n) -> List[str]:
+        s, nd = n.stack, n.ndim
+        view = f"_{s}s[_{s}sp:_{s}sp + _sz]"
+        if nd > 1:
+            view += ".reshape((" + "".join(f"_is[_isp + {k}], " for k in range(nd)) + "))"
+        if n.dtype == "bool":
+            view = f"({view} != 0)"
+        elif n.dtype not in ("float64", "int64", "complex128"):
+            view = f"{view}.astype(np.{n.dtype})"
+        return [f"_isp -= {nd}",
+                "_sz = " + " * ".join(f"_is[_isp + {k}]" for k in range(nd)),
+                f"_{s}sp -= _sz",
+                f"{n.name} = {view}"]
+
+    def _SetTop(self, n) -> List[str]:
+        return [f"_{n.stack}sp = {n.value}"]
+
+    def _RoomCheck(self, n) -> List[str]:
+        s = n.stack
+        more = f" or _{s}want > _{s}cap" if n.want else ""
+        return [f"if {n.need} > _{s}cap{more}:"]
+
+    def _NoRoom(self, n) -> List[str]:
+        return ["if " + " or ".join(f"_{s}sp + {c} > _{s}cap" for s, c in n.needs) + ":"]
+
+    def _Grow(self, n) -> List[str]:
+        return [f"_{n.stack}s = _zyg_grow(_{n.stack}s, {n.size})"]
+
+    def _Capacity(self, n) -> List[str]:
+        return [f"_{n.stack}cap = _{n.stack}s.shape[0]"]
+
+    def _Want(self, n) -> List[str]:
+        return [f"_{n.stack}want = {n.value}"]
+
+    def _Reserve(self, n) -> List[str]:
+        if n.start:
+            return [f"_{n.stack}end = _{n.stack}sp + {n.amount}"]
+        return [f"_{n.stack}end += {n.amount}"]

@@ -24,11 +24,9 @@ once-run blocks need no tape at all; ``emit_split`` gives a primal returning
 from __future__ import annotations
 
 import math
-import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from .. import numerics
 from ..errors import NoAdjoint
 from ..rules import registry
 from ..rules.closure import ConvertedRule, passes_cotangent, render, resolve_global
@@ -37,7 +35,8 @@ from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer
 from .arrays import ArrayMixin, zero_of
 from .structured import StructuredMixin
 from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
-                        Grow, Line, Namespace, Peek, Pop, RoomCheck, Store, const_src, var_name)
+                        Grow, Line, Namespace, NoRoom, Peek, Pop, RoomCheck, StackInit, Store, Want,
+                        const_src, var_name)
 from ..ssa.ir import Branch, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
@@ -45,7 +44,7 @@ from ..rules.linalg import is_tuple_call, split_tuple_calls
 from ..rules.higher import recursive_calls
 from .helpers import helpers
 from .specialize import specialize
-from .tape import INITIAL, KIND_STACK, STACKS, grow_for
+from .tape import KIND_STACK, STACKS, grow
 
 
 @dataclass
@@ -58,12 +57,17 @@ class Plan:
     loops_of: Dict[int, Set[int]]
     preds: Dict[int, List[int]]
     defblock: Dict[int, int]
-    target: str
+    backend: Any              # zyg.backends.Backend: what differs between targets
     loops: Dict[int, Set[int]] = field(default_factory=dict)
     aliases: Any = None
     ret_kind: str = "float"
     flat: Any = None          # tuples.Flat when tuple values were replaced by their elements
     ret_parts: Any = None     # the leaves of a returned tuple (seeded from the tuple _dy)
+
+    @property
+    def target(self) -> str:
+        """The target's name (cache keys, messages)."""
+        return self.backend.name
 
 
 def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
@@ -110,7 +114,9 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
                       "index numpy arrays (a[i], a[i, j], a[lo:hi]) or tuples with constants (t[0])")
 
 
-def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan:
+def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Plan:
+    """The per-signature plan of ``fn``: kinds, activity, loops, tuples flattened.
+    ``backend``: the target's :class:`zyg.backends.Backend` (the driver passes it)."""
     kinds = infer_kinds(fn, argkinds)
     fn = specialize(fn, kinds)
     from .ckmut import expand_checkpoints
@@ -166,7 +172,7 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], target: str) -> Plan
         # the returned tuple is not differentiated as a value: its leaves are seeded
         ret_parts = next(st.expr.args for st in ret.stmts if st.var is rv)
         act.discard(rv.id)
-    return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, target,
+    return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, backend,
                 loops, Aliases(fn, kinds), rk, flat, ret_parts)
 
 
@@ -178,12 +184,12 @@ def _emul_int(step: int, n: str) -> str:
 
 
 class Emitter(ArrayMixin, StructuredMixin):
-    def __init__(self, p: Plan, wrap: Callable[[Any], Any]):
+    def __init__(self, p: Plan):
         self.p = p
         self.fn = p.fn
         self.al = p.aliases
-        self.ns = Namespace(wrap)
-        self.wrap = wrap
+        self.ns = Namespace(p.backend.wrap)
+        self.wrap = p.backend.wrap
         self.stack_used: Set[str] = set()
         self.tag_scalars: List[str] = []
         self.adj_uses: Set[str] = set()       # primal names read by the adjoint (no tape)
@@ -231,15 +237,10 @@ class Emitter(ArrayMixin, StructuredMixin):
     def room_check(self, need: Dict[str, Any], ind: int, code: Code) -> None:
         """Leave the dispatch case (to grow the tape) when a stack lacks room for ``need``
         more entries (stack name -> count or count expression)."""
-        conds, wants = [], []
-        for s in sorted(need):
-            total = f"_{s}sp + {need[s]}"
-            conds.append(f"{total} > _{s}cap")
-            wants.append(f"_{s}want = {total}")
-        if conds:
-            code.add(ind, f"if {' or '.join(conds)}:")
-            for w in wants:
-                code.add(ind + 1, w)
+        if need:
+            code.put(ind, NoRoom(tuple((s, need[s]) for s in sorted(need))))
+            for s in sorted(need):
+                code.put(ind + 1, Want(s, f"_{s}sp + {need[s]}"))
             code.add(ind + 1, "break")
 
     def in_loop(self, b: int) -> bool:
@@ -518,22 +519,8 @@ class Emitter(ArrayMixin, StructuredMixin):
 
     def _make_helper(self, conv: ConvertedRule, which: str) -> str:
         src = conv.fwd_src if which == "fwd" else conv.bwd_src
-        glob = dict(conv.globals)
-        if self.p.target == "python":
-            # numpy's float semantics, as in the generated code (zyg/numerics.py)
-            glob.update(numerics.HELPERS)
-            exec(numerics.python_semantics(src, f"<zyg rule {conv.name}>", glob), glob)
-        else:
-            exec(compile(src, f"<zyg rule {conv.name}>", "exec"), glob)
-        fobj = glob[f"{conv.name}_{which}"]
-        if self.p.target != "python":
-            # rule globals resolved by numba from glob: wrap plain functions it calls
-            for k, v in list(glob.items()):
-                if isinstance(v, types.FunctionType) and v is not fobj and not k.startswith("__"):
-                    glob[k] = self.wrap(v)
-            fobj = numerics.njit(fobj)
-            if glob.get("_zyg_uncacheable"):
-                fobj._zyg_uncacheable = True     # object mode inside (recursion.py)
+        fobj = self.p.backend.function(src, f"<zyg rule {conv.name}>", dict(conv.globals),
+                                       f"{conv.name}_{which}")
         return self.ns.ref(fobj, f"{conv.name}_{which}")
 
     # -- stack code ----------------------------------------------------------------
@@ -551,16 +538,6 @@ class Emitter(ArrayMixin, StructuredMixin):
             need["i"] = need.get("i", 0) + exits
         return need
 
-    def tix(self, s: str, off: Optional[int] = None) -> str:
-        """A subscript of tape stack ``s`` at its top plus ``off``.
-
-        Compiled, the index is cast to ``np.uint64``: numba then leaves out the
-        negative-index wraparound (a compare and a select on every push and pop) that a
-        signed index costs; the stack top is never negative.  Measured on GMM: the
-        gradient 9% faster."""
-        e = f"_{s}sp" if off is None else f"_{s}sp + {off}"
-        return e if self.p.target == "python" else f"np.uint64({e})"
-
     def push_code(self, items: List[Tuple[str, str]], ind: int, code: Code) -> None:
         """Store items on their stacks; capacity was checked when the block started."""
         by: Dict[str, List[str]] = {}
@@ -569,7 +546,7 @@ class Emitter(ArrayMixin, StructuredMixin):
         for s, names in by.items():
             n = len(names)
             for j, name in enumerate(names):
-                code.put(ind, Store(s, j, name, self.p.target != "python"))
+                code.put(ind, Store(s, j, name))
             code.put(ind, Advance(s, n))
 
     # -- primal --------------------------------------------------------------------
@@ -723,14 +700,13 @@ class Emitter(ArrayMixin, StructuredMixin):
                 code.put(ind, RoomCheck(s, f"_{s}sp + {room}", want=True))
                 code.put(ind + 1, Grow(s, f"max(_{s}sp + {room}, _{s}want)"))
                 code.put(ind + 1, Capacity(s))
-                code.add(ind + 1, f"_{s}want = 0")
+                code.put(ind + 1, Want(s, "0"))
 
     def primal_block(self, blk, i2: int, code: Code, record: bool, grows: bool,
                      inlined: bool = False) -> None:
         need = self.total_demand(blk) if record and not inlined else {}
         if need:
-            cond = " or ".join(f"_{s}sp + {n} > _{s}cap" for s, n in sorted(need.items()))
-            code.add(i2, f"if {cond}:")
+            code.put(i2, NoRoom(tuple(sorted(need.items()))))
             code.add(i2 + 1, "break")
         self.primal_body(blk, i2, code, record)
         self.primal_term(blk, i2, code, record, grows)
@@ -955,7 +931,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             code.put(i2, Pop(s, n))
             for j, name in enumerate(pnames):
                 local[name] = f"{name}_b{blk.id}"
-                code.put(i2, Peek(local[name], s, j, self.p.target != "python"))
+                code.put(i2, Peek(local[name], s, j))
         self.pop_stmt_records(blk, local, i2, code)
         for st in reversed(blk.stmts):
             if id(st) in self.astmts:
@@ -1104,7 +1080,7 @@ class Emitter(ArrayMixin, StructuredMixin):
                 code.add(i2, f"{', '.join(lhs)} = {', '.join(rhs)}")
             for name, state in reversed(self.exit_pops(pred, blk.id, roles=True)):
                 code.put(i2, Pop("i", 1))
-                read = f"_is[{self.tix('i')}]"
+                read = self.p.backend.storage.slot("i", None)
                 # a counter start or chained counter carries state between iterations
                 code.put(i2, CounterSet(name, read) if state else Line(f"{name} = {read}"))
             left = self.p.loops_of[pred] - self.p.loops_of[blk.id]
@@ -1165,7 +1141,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             return
         if self.in_loop(blk.id):
             code.put(ind, Pop("t", 1))
-            code.put(ind, Peek("_tag", "t", None, self.p.target != "python"))
+            code.put(ind, Peek("_tag", "t", None))
         else:
             code.add(ind, f"_tag = _tag{blk.id}")
         for k, pred in enumerate(ps):
@@ -1180,19 +1156,11 @@ class Emitter(ArrayMixin, StructuredMixin):
     def stack_init(self, code: Code, ind: int, pooled: bool = False) -> None:
         """Create the stacks; ``pooled``: start from buffers passed in as ``_f0``... ."""
         for s in sorted(self.stack_used):
-            dt, _ = STACKS[s]
-            if pooled:
-                code.add(ind, f"_{s}s = _{s}0")
-                code.add(ind, f"_{s}cap = _{s}0.shape[0]")
-            else:
-                code.add(ind, f"_{s}s = np.empty({INITIAL}, {dt})")
-                code.add(ind, f"_{s}cap = {INITIAL}")
-            code.add(ind, f"_{s}sp = 0")
-            code.add(ind, f"_{s}want = 0")
+            code.put(ind, StackInit(s, pooled))
         if self.stack_used:
-            self.ns.ns["_zyg_grow"] = grow_for(self.p.target)
+            self.ns.ns["_zyg_grow"] = self.p.backend.helper(grow)
         if self.arr_vars:
-            for k, v in helpers(self.p.target).items():
+            for k, v in helpers(self.p.backend).items():
                 self.ns.ns[k] = v
 
     def residual_init(self, code: Code, ind: int) -> None:
@@ -1293,7 +1261,7 @@ SPLIT_BLOCKS = 16
 COUNTED_FOR = True
 
 
-def emit_fused(p: Plan, name: str, wrap, value: bool = True, zero_guards: bool = True):
+def emit_fused(p: Plan, name: str, value: bool = True, zero_guards: bool = True):
     """One function ``name(*args, *buffers) -> (value, grad, *buffers)`` (output cotangent 1).
 
     grad is a tuple if several.  ``buffers`` are the initial stack buffers, one
@@ -1314,8 +1282,8 @@ def emit_fused(p: Plan, name: str, wrap, value: bool = True, zero_guards: bool =
     runs the variant with the tests.  The last item returned says whether any was left out.
     """
     if len(p.fn.order) >= SPLIT_BLOCKS:
-        return _emit_fused_split(p, name, wrap, value, zero_guards)
-    em = Emitter(p, wrap)
+        return _emit_fused_split(p, name, value, zero_guards)
+    em = Emitter(p)
     em.zero_guards = zero_guards
     adj = Code()
     em.adjoint(adj, 1)
@@ -1361,8 +1329,8 @@ def _nan_check(em: "Emitter", code: Code, outs: List[str]) -> bool:
     return True
 
 
-def _emit_fused_split(p: Plan, name: str, wrap, value: bool, zero_guards: bool = True):
-    em = Emitter(p, wrap)
+def _emit_fused_split(p: Plan, name: str, value: bool, zero_guards: bool = True):
+    em = Emitter(p)
     em.zero_guards = zero_guards
     code, tape = _split_code(em, p, name, pooled=True, replay=False)
     stacks = sorted(em.stack_used)
@@ -1419,13 +1387,13 @@ def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
     return code, tape
 
 
-def emit_split(p: Plan, name: str, wrap) -> Tuple[Code, Namespace, List[str], bool]:
+def emit_split(p: Plan, name: str) -> Tuple[Code, Namespace, List[str], bool]:
     """A primal ``name_primal(*args) -> (value, tape)`` and ``name_adjoint(*tape, _dy)``.
 
     The adjoint can be replayed: it zeroes the shadow buffers it receives and
     returns copies of the gradients.  (Functions that write into arrays rewind
     them in the adjoint, so their ``back`` runs once; the API enforces it.)"""
-    em = Emitter(p, wrap)
+    em = Emitter(p)
     code, tape = _split_code(em, p, name, pooled=False, replay=True)
     mutates = bool(em.al.mutated)
     return code, em.ns, tape, mutates

@@ -21,7 +21,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..numerics import njit, options_tag
 from ..ssa.analysis import array_ndim, is_array, is_complex
 from . import scalar
 from .scalar import _subst
@@ -117,18 +116,13 @@ def _mulnz_py(dy, p):
 _MULNZ: Dict[str, Any] = {}
 
 
-def mulnz_for(target: str) -> Any:
-    """The object the name ``_zyg_mulnz`` holds in code generated for ``target``: one per
+def mulnz_for(backend: Any) -> Any:
+    """The object the name ``_zyg_mulnz`` holds in code generated for ``backend``: one per
     target for the whole process (a numba ufunc on cpu), so that every generated module
     refers to the same object and its fingerprint (the disk cache key) stays the same."""
-    got = _MULNZ.get(target)
+    got = _MULNZ.get(backend.name)
     if got is None:
-        if target == "python":
-            got = _mulnz_py
-        else:
-            import numba
-            got = numba.vectorize(nopython=True)(_mulnz_kernel)
-        got = _MULNZ.setdefault(target, got)
+        got = _MULNZ.setdefault(backend.name, backend.vectorize(_mulnz_kernel, _mulnz_py))
     return got
 
 
@@ -653,10 +647,11 @@ def acc_scalar_target(e):
 _HELPERS: Dict[Any, Dict[str, Any]] = {}
 
 
-def base_helpers(target: str) -> Dict[str, Any]:
-    """Name -> helper object of this module for generated code on ``target`` (numba-compiled
-    for "cpu"); :func:`zyg.rules.dispatch.helpers` adds those of the other rule modules."""
-    key = (target, options_tag(target))
+def base_helpers(backend: Any) -> Dict[str, Any]:
+    """Name -> helper object of this module for generated code on ``backend`` (compiled
+    where it compiles); :func:`zyg.rules.dispatch.helpers` adds those of the other rule
+    modules."""
+    key = backend.key()
     if key in _HELPERS:
         return _HELPERS[key]
     ns: Dict[str, Any] = {"np": np}
@@ -673,7 +668,8 @@ def base_helpers(target: str) -> Dict[str, Any]:
             acc = ns[f"acc_{nt}_{ne}"]
             acc._zyg_accumulate = True     # lowered as t += reduce_like(e, t) (higher order)
             out[f"_zyg_acc_{nt}_{ne}"] = acc
-    if target != "python":
+    if backend.compiled:
+        njit = backend.jit
         jit = {}
         pg = njit(prod_grad)
         jit["_zyg_prod_grad"] = pg
@@ -684,7 +680,7 @@ def base_helpers(target: str) -> Dict[str, Any]:
             if k not in jit:
                 jit[k] = njit(v)
         out = jit
-    out["_zyg_mulnz"] = mulnz_for(target)
+    out["_zyg_mulnz"] = mulnz_for(backend)
     _HELPERS[key] = out
     return out
 

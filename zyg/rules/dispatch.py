@@ -76,11 +76,11 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
     return base_primal_call(fn, args, kinds, kwargs)
 
 
-def helpers(target: str) -> Dict[str, Any]:
-    """Name -> helper object for generated code on ``target``."""
-    from ..numerics import njit
-    out = dict(base_helpers(target))
-    out.update(special.helpers(target, njit))
-    out.update(numpy_extra.helpers(target))         # numba-compiled already for "cpu"
-    out.update(linalg.helpers(target))
+def helpers(backend: Any) -> Dict[str, Any]:
+    """Name -> helper object for generated code on ``backend`` (a
+    :class:`zyg.backends.Backend`, which the transforms pass down)."""
+    out = dict(base_helpers(backend))
+    out.update(special.helpers(backend))
+    out.update(numpy_extra.helpers(backend))
+    out.update(linalg.helpers(backend))
     return out

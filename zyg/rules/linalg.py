@@ -1332,13 +1332,12 @@ for _k, _v in _INNER.items():
 _CACHE: Dict[Any, Dict[str, Any]] = {}
 
 
-def helpers(target: str) -> Dict[str, Any]:
-    """Name -> helper for generated code on ``target`` (einsum helpers registered so far
+def helpers(backend: Any) -> Dict[str, Any]:
+    """Name -> helper for generated code on ``backend`` (einsum helpers registered so far
     included: a constant subscript string registers its family when its kind is found)."""
-    from ..numerics import njit, options_tag
-    key = (target, options_tag(target))
-    got = _CACHE.setdefault(key, {})
-    if target == "python":
+    njit = backend.jit
+    got = _CACHE.setdefault(backend.key(), {})
+    if not backend.compiled:
         for name, (py, _) in _HELPER_FNS.items():
             got.setdefault(name, py)
         for name, f in _EINSUM_PY.items():

@@ -1148,17 +1148,24 @@ _HELPER_FNS = [cumprod_grad, cumprod_axis, cumprod_grad_axis, diff_adj1, diff_ad
                tile2, repeat2, _conv_window, _conv_full, convolve, convolve_grad]
 
 
-def helpers(target: str) -> Dict[str, Any]:
-    """``_zyg_<name>`` -> helper for generated code (numba-compiled unless target is python)."""
-    if target == "python":
+_HELPERS: Dict[Any, Dict[str, Any]] = {}
+
+
+def helpers(backend: Any) -> Dict[str, Any]:
+    """``_zyg_<name>`` -> helper for generated code on ``backend`` (compiled where it
+    compiles; the helpers call each other through the compiled versions), one set per
+    target and options."""
+    if not backend.compiled:
         return {f"_zyg_{f.__name__.lstrip('_')}": f for f in _HELPER_FNS}
-    from ..numerics import njit
-    ns: Dict[str, Any] = {"np": np}
-    out: Dict[str, Any] = {}
-    for f in _HELPER_FNS:
-        g = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__)
-        ns[f.__name__] = out[f"_zyg_{f.__name__.lstrip('_')}"] = njit(g)
-    return out
+    got = _HELPERS.get(backend.key())
+    if got is None:
+        ns: Dict[str, Any] = {"np": np}
+        got = {}
+        for f in _HELPER_FNS:
+            g = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__)
+            ns[f.__name__] = got[f"_zyg_{f.__name__.lstrip('_')}"] = backend.jit(g)
+        got = _HELPERS.setdefault(backend.key(), got)
+    return dict(got)
 
 
 # --- np.clip on numbers ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ loop helpers of :func:`helpers` and on the python target by scipy itself.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict
+from typing import Any, Dict
 
 import numpy as np
 import scipy.special as sc
@@ -383,18 +383,19 @@ def _vectorised_src(name: str) -> str:
             "    return out\n")
 
 
-def helpers(target: str, njit: Callable) -> Dict[str, Any]:
-    """Helper name -> function for generated code: scipy on "python", loops over the
-    numba-compiled implementations otherwise."""
+def helpers(backend: Any) -> Dict[str, Any]:
+    """Helper name -> function for generated code on ``backend``: scipy where it runs
+    Python, loops over the compiled implementations where it compiles."""
     table = {name: (impl, vec) for name, impl, vec in ELEMENTWISE.values()}
     table.update(_EXTRA_ELEMENTWISE)
     out: Dict[str, Any] = {}
-    if target == "python":
+    if not backend.compiled:
         for name, (_, vec) in table.items():
             out[name] = vec
         out["_zyg_sp_logsumexp_all"] = lambda a: float(sc.logsumexp(a))
         out["_zyg_sp_logsumexp_axis"] = lambda a, axis: sc.logsumexp(a, axis=axis)
         return out
+    njit = backend.jit
     for name, (impl, _) in table.items():
         ns = {"np": np, "f": njit(impl) if not isinstance(impl, type(math.erf)) else impl}
         exec(_vectorised_src(name), ns)

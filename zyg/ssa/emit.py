@@ -40,17 +40,6 @@ class Line:
 
 
 @dataclass(frozen=True)
-class Pop:
-    """Tape operation: drop ``count`` items (an int or an expression) from stack ``stack``
-    (``_<stack>sp -= count``); the items were read at ``_<stack>s[_<stack>sp - k]`` before."""
-    stack: str
-    count: Union[int, str]
-
-    def render(self) -> str:
-        return f"_{self.stack}sp -= {self.count}"
-
-
-@dataclass(frozen=True)
 class CounterSet:
     """Counter state carried from one loop iteration to the next: ``name = value``
     (the chained starts of nested loops, ``_cur<P>`` / ``_ini<P>``)."""
@@ -73,83 +62,6 @@ class ChainStart:
         return f"{self.ini} = {self.cur} - {self.delta}"
 
 
-def _slot(stack: str, offset: Optional[int], unsigned: bool) -> str:
-    """``_<stack>s[...]`` at the top of the stack plus ``offset``; ``unsigned``: the index
-    cast to ``np.uint64`` (numba then leaves out the negative-index wraparound)."""
-    e = f"_{stack}sp" if offset is None else f"_{stack}sp + {offset}"
-    return f"_{stack}s[np.uint64({e})]" if unsigned else f"_{stack}s[{e}]"
-
-
-@dataclass(frozen=True)
-class Store:
-    """Tape operation: write ``value`` at the top of stack ``stack`` plus ``offset`` (a push
-    is its stores, then :class:`Advance`)."""
-    stack: str
-    offset: Optional[int]
-    value: str
-    unsigned: bool = False
-
-    def render(self) -> str:
-        return f"{_slot(self.stack, self.offset, self.unsigned)} = {self.value}"
-
-
-@dataclass(frozen=True)
-class Advance:
-    """Tape operation: move the top of stack ``stack`` up by ``count`` (after its stores)."""
-    stack: str
-    count: Union[int, str]
-
-    def render(self) -> str:
-        return f"_{self.stack}sp += {self.count}"
-
-
-@dataclass(frozen=True)
-class Peek:
-    """Tape operation: read the item at the top of stack ``stack`` plus ``offset`` into
-    ``name`` (after the :class:`Pop` that uncovered it)."""
-    name: str
-    stack: str
-    offset: Optional[int]
-    unsigned: bool = False
-
-    def render(self) -> str:
-        return f"{self.name} = {_slot(self.stack, self.offset, self.unsigned)}"
-
-
-@dataclass(frozen=True)
-class RoomCheck:
-    """Tape operation: is there room for ``need`` items on stack ``stack`` (and for what a
-    counted loop asked for, ``_<stack>want``, when ``want``)?  Its body (one level deeper)
-    is :class:`Grow` and :class:`Capacity`."""
-    stack: str
-    need: str
-    want: bool = False
-
-    def render(self) -> str:
-        s = self.stack
-        more = f" or _{s}want > _{s}cap" if self.want else ""
-        return f"if {self.need} > _{s}cap{more}:"
-
-
-@dataclass(frozen=True)
-class Grow:
-    """Tape operation: a larger stack ``stack`` holding at least ``size`` items."""
-    stack: str
-    size: str
-
-    def render(self) -> str:
-        return f"_{self.stack}s = _zyg_grow(_{self.stack}s, {self.size})"
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """Tape operation: the capacity of stack ``stack`` read again (after it grew)."""
-    stack: str
-
-    def render(self) -> str:
-        return f"_{self.stack}cap = _{self.stack}s.shape[0]"
-
-
 @dataclass(frozen=True)
 class ChainNext:
     """The next chained counter value, backwards: ``cur = ini`` (after :class:`ChainStart`)."""
@@ -160,14 +72,116 @@ class ChainNext:
         return f"{self.cur} = {self.ini}"
 
 
+# -- tape nodes: the back end's storage spells them (zyg/pullbacks/tape.py: NumpyStacks) --
+#
+# A stack ``s`` (``f`` floats, ``i`` ints, ``c`` complex, ``t`` edge tags) has a top
+# ``_<s>sp`` that the expressions of other statements may read; everything else about its
+# storage (buffers, capacity, growth) is the back end's.
+
 @dataclass(frozen=True)
-class SetTop:
-    """Tape operation: move the top of stack ``stack`` to ``value`` (``_<stack>sp = value``)."""
+class StackInit:
+    """Tape operation: create stack ``stack`` (empty); ``pooled``: start from the buffer
+    the caller passed in (``_<stack>0``)."""
+    stack: str
+    pooled: bool = False
+
+
+@dataclass(frozen=True)
+class Store:
+    """Tape operation: write ``value`` at the top of stack ``stack`` plus ``offset`` (a push
+    is its stores, then :class:`Advance`)."""
+    stack: str
+    offset: Optional[int]
+    value: str
+
+
+@dataclass(frozen=True)
+class Advance:
+    """Tape operation: move the top of stack ``stack`` up by ``count`` (after its stores)."""
+    stack: str
+    count: Union[int, str]
+
+
+@dataclass(frozen=True)
+class Pop:
+    """Tape operation: drop ``count`` items (an int or an expression) from stack ``stack``;
+    :class:`Peek` then reads them."""
+    stack: str
+    count: Union[int, str]
+
+
+@dataclass(frozen=True)
+class Peek:
+    """Tape operation: read the item at the top of stack ``stack`` plus ``offset`` into
+    ``name`` (after the :class:`Pop` that uncovered it)."""
+    name: str
+    stack: str
+    offset: Optional[int]
+
+
+@dataclass(frozen=True)
+class PushArray:
+    """Tape operation: copy the array ``value`` (any layout) onto stack ``stack`` at its top
+    (room was made by :class:`RoomCheck`); :class:`Advance` by its size follows, then its
+    shape goes on the ``i`` stack."""
     stack: str
     value: str
 
-    def render(self) -> str:
-        return f"_{self.stack}sp = {self.value}"
+
+@dataclass(frozen=True)
+class PopArray:
+    """Tape operation: pop an array of ``ndim`` dimensions and dtype ``dtype`` pushed by
+    :class:`PushArray` (its shape, then its items) into ``name``."""
+    name: str
+    stack: str
+    ndim: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class SetTop:
+    """Tape operation: move the top of stack ``stack`` to ``value``."""
+    stack: str
+    value: str
+
+
+@dataclass(frozen=True)
+class RoomCheck:
+    """Tape operation: is there room for ``need`` items on stack ``stack`` (and for what a
+    counted loop asked for with :class:`Want`, when ``want``)?  A block header: its body
+    (one level deeper) is :class:`Grow` and :class:`Capacity`."""
+    stack: str
+    need: str
+    want: bool = False
+
+
+@dataclass(frozen=True)
+class NoRoom:
+    """Tape operation: does any of the stacks in ``needs`` (``(stack, count)`` pairs, a
+    count an int or an expression) lack room for ``count`` more items?  A block header;
+    its body leaves the dispatch case to grow the tape."""
+    needs: Tuple[Tuple[str, Union[int, str]], ...]
+
+
+@dataclass(frozen=True)
+class Grow:
+    """Tape operation: make room on stack ``stack`` for at least ``size`` items."""
+    stack: str
+    size: str
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Tape operation: the room of stack ``stack`` read again (after it grew)."""
+    stack: str
+
+
+@dataclass(frozen=True)
+class Want:
+    """Tape operation: the room a counted loop asks stack ``stack`` for before it starts
+    (``value``), checked by the next :class:`RoomCheck` with ``want``."""
+    stack: str
+    value: str
 
 
 @dataclass(frozen=True)
@@ -178,27 +192,25 @@ class Reserve:
     amount: str
     start: bool = False
 
-    def render(self) -> str:
-        if self.start:
-            return f"_{self.stack}end = _{self.stack}sp + {self.amount}"
-        return f"_{self.stack}end += {self.amount}"
 
-
-Node = Union[Line, Store, Advance, Peek, Pop, SetTop, RoomCheck, Grow, Capacity, CounterSet,
-             ChainStart, ChainNext, Reserve]
+TAPE = (StackInit, Store, Advance, Pop, Peek, PushArray, PopArray, SetTop, RoomCheck, NoRoom,
+        Grow, Capacity, Want, Reserve)
+Node = Union[Line, CounterSet, ChainStart, ChainNext, StackInit, Store, Advance, Pop, Peek,
+             PushArray, PopArray, SetTop, RoomCheck, NoRoom, Grow, Capacity, Want, Reserve]
 # the statements that tie a reversed loop's iterations to their order
-ORDERED = (Pop, SetTop, CounterSet, ChainStart, ChainNext, Reserve)
+ORDERED = (Pop, PopArray, SetTop, CounterSet, ChainStart, ChainNext, Reserve)
 
 
 class Code:
     """Generated statements, each with its indentation level and the user location it came
     from.  Ordinary statements are :class:`Line` nodes; tape operations and counter state
-    are typed nodes (:data:`ORDERED`), which the analyses of generated code read (they
-    never read the text).  :meth:`text` renders the module, one line per node."""
+    are typed nodes, which the analyses of generated code read (they never read the text).
+    :meth:`render` prints the module: a back end's ``storage`` spells the tape nodes
+    (``storage.lower(node)``: its lines)."""
 
     def __init__(self):
         self.body: List[Tuple[int, Node]] = []
-        self.locs: Dict[int, Loc] = {}      # line number (1-based) -> user location
+        self.locs: Dict[int, Loc] = {}      # statement number (1-based) -> user location
 
     def __len__(self) -> int:
         return len(self.body)
@@ -225,13 +237,21 @@ class Code:
         self.locs = {k: v for k, v in self.locs.items() if k <= n}
         return out
 
-    @property
-    def lines(self) -> List[str]:
-        """The rendered lines (read-only view)."""
-        return ["    " * ind + node.render() for ind, node in self.body]
+    def render(self, storage) -> Tuple[List[str], Dict[int, Loc]]:
+        """The module's lines, and the user location of each line (1-based) that has one."""
+        lines: List[str] = []
+        locs: Dict[int, Loc] = {}
+        for k, (ind, node) in enumerate(self.body):
+            loc = self.locs.get(k + 1)
+            parts = [node.render()] if hasattr(node, "render") else storage.lower(node)
+            for part in parts:
+                lines.append("    " * ind + part)
+                if loc is not None:
+                    locs[len(lines)] = loc
+        return lines, locs
 
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
+    def text(self, storage) -> str:
+        return "\n".join(self.render(storage)[0]) + "\n"
 
 
 def _ident(s: str) -> str:

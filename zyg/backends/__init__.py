@@ -1,0 +1,41 @@
+"""The back ends: one :class:`~zyg.backends.base.Backend` object per target.
+
+``get(target)`` gives the back end of a target name; the driver hands it to the transforms
+(as ``Plan.backend``), which ask it what differs between targets, and to which it returns
+the generated module to compile.  A new back end is a module beside ``python.py`` and
+``cpu.py`` and a line in ``_BACKENDS`` below (or, from outside zyg, :func:`register`).
+"""
+from __future__ import annotations
+
+from typing import Dict, Tuple, Union
+
+from .base import Backend
+from .cpu import CpuBackend
+from .python import PythonBackend
+
+_BACKENDS: Dict[str, Backend] = {b.name: b for b in (PythonBackend(), CpuBackend())}
+TARGETS: Tuple[str, ...] = tuple(_BACKENDS)
+
+
+def register(backend: Backend) -> Backend:
+    """Make ``backend`` the back end of the target named ``backend.name`` (every
+    ``target=`` argument of the API accepts the name from then on)."""
+    global TARGETS
+    if not isinstance(backend, Backend) or not backend.name:
+        raise TypeError("register() takes a zyg.backends.Backend with a name")
+    _BACKENDS[backend.name] = backend
+    TARGETS = tuple(_BACKENDS)
+    return backend
+
+
+def get(target: Union[str, Backend]) -> Backend:
+    """The back end of ``target`` (a name in :data:`TARGETS`, or a back end)."""
+    if isinstance(target, Backend):
+        return target
+    got = _BACKENDS.get(target)
+    if got is None:
+        raise ValueError(f"unknown target {target!r}; expected one of {tuple(_BACKENDS)}")
+    return got
+
+
+__all__ = ["Backend", "TARGETS", "get", "register"]

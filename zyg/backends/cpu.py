@@ -1,0 +1,98 @@
+"""The ``cpu`` back end: generated code compiled by numba (nopython mode) with zyg's options.
+
+Options (:func:`zyg.numerics.numba_options`): numpy's error model (inf and nan where
+Python raises), bounds checking when ``zyg.set_boundscheck(True)`` or ``ZYG_BOUNDSCHECK``;
+``cache=True`` for generated modules, so that a later process reuses their machine code
+(the module's text names the options and a fingerprint of everything it refers to).
+"""
+from __future__ import annotations
+
+import math
+import types
+from typing import Any, Callable, Dict
+
+import numpy as np
+
+from .. import numerics
+from .base import Backend
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    compiled = True
+    native_byte_order = True
+    nd_masks = False
+    zero_guards_first = False
+
+    def __init__(self):
+        super().__init__()
+        self._wrapped: Dict[Any, Any] = {}
+        self._subst: Dict[int, Any] = {}
+
+    def options(self) -> Dict[str, Any]:
+        return numerics.numba_options()
+
+    def tag(self) -> str:
+        return numerics.options_tag()
+
+    def prepare(self) -> None:
+        numerics.install_sigint_guard()
+
+    def jit(self, fn: Callable, **kw) -> Callable:
+        return numerics.njit(fn, **kw)
+
+    def vectorize(self, kernel: Callable, python: Callable) -> Callable:
+        import numba
+        return numba.vectorize(nopython=True)(kernel)
+
+    def _substitutes(self) -> Dict[int, Any]:
+        if not self._subst:
+            # math functions numba's nopython mode lacks, and their numpy equivalents
+            subst = {id(math.cbrt): np.cbrt, id(math.fmod): np.fmod}
+            from ..rules import special        # scipy.special: numba-compilable versions
+            subst.update({id(fn): impl for fn, impl in special.numba_substitutes().items()})
+            self._subst = subst
+        return self._subst
+
+    def wrap(self, obj: Any) -> Any:
+        subst = self._substitutes()
+        if id(obj) in subst:
+            return subst[id(obj)]
+        if isinstance(obj, types.FunctionType) and not \
+                (getattr(obj, "__module__", "") or "").startswith("numpy"):
+            # (numpy's Python-level functions such as np.ones have numba implementations)
+            key = (id(obj), self.tag())
+            got = self._wrapped.get(key)
+            if got is None or got[0] is not obj:
+                got = (obj, self.jit(obj))
+                if getattr(obj, "_zyg_uncacheable", False):
+                    # object mode inside (zyg/ssa/raising.py): callers skip the disk cache
+                    got[1]._zyg_uncacheable = True
+                self._wrapped[key] = got
+            return got[1]
+        return obj
+
+    def exec_source(self, src: str, label: str, glob: Dict[str, Any]) -> None:
+        exec(compile(src, label, "exec"), glob)
+
+    def function(self, src: str, label: str, glob: Dict[str, Any], name: str,
+                 uncacheable: bool = False) -> Callable:
+        self.exec_source(src, label, glob)
+        fobj = glob[name]
+        # the globals numba resolves from glob: plain functions it calls are compiled too
+        for k, v in list(glob.items()):
+            if isinstance(v, types.FunctionType) and v is not fobj and not k.startswith("__"):
+                glob[k] = self.wrap(v)
+        fobj = self.jit(fobj)
+        if uncacheable or glob.get("_zyg_uncacheable"):
+            fobj._zyg_uncacheable = True     # object mode inside (recursion.py)
+        return fobj
+
+    def call_python(self, stmt: str, outs, glob: Dict[str, Any]):
+        import numba
+        glob["numba"] = numba
+        decl = ", ".join(f"{n}={t!r}" for n, t in outs)
+        return [f"with numba.objmode({decl}):", "    " + stmt]
+
+    def finish(self, f: Callable, cache: bool) -> Callable:
+        return f if hasattr(f, "py_func") else self.jit(f, cache=cache)
