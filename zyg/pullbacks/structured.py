@@ -37,10 +37,10 @@ branches (GMM, the ODE) that was most of the gradient's time.  This mixin finds
 from __future__ import annotations
 
 import operator
-from typing import Dict, Optional, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
-from ..ssa.emit import (ORDERED, Capacity, ChainNext, ChainStart, Code, CounterSet, Else, For, Grow, If,
-                        Pop, Reserve, RoomCheck, SetTop, While, var_name)
+from ..ssa.emit import (ORDERED, Block, Capacity, ChainNext, ChainStart, Code, CounterSet, Else, For,
+                        Grow, If, Leaf, Pop, Reserve, RoomCheck, SetTop, While, var_name)
 from ..ssa.ir import Branch, Const, Jump, Stmt, Var
 from ..ssa.prims import GetItem
 from ..ssa.passes import dominators
@@ -503,7 +503,7 @@ class StructuredMixin:
         self.adjoint_entry(hb, ind + 1, code, only=latch,
                            cont=lambda q, i2: self.s_adj_region(q, h, i2, code))
         self.adjoint_stmts(hb, ind + 1, code)
-        fwd = self.s_adj_forward(h) and self._fwd_state(h, code.body[n0 + 2:], ind)
+        fwd = self.s_adj_forward(h) and self._fwd_state(h, code.tree(n0)[0].body[1:])
         if fwd:
             # the reversed iterations are independent: run them in the forward order
             # (the body reads ``_n{h}`` only as the iteration's number)
@@ -589,20 +589,24 @@ class StructuredMixin:
                 return False
         return True
 
-    def _fwd_state(self, h: int, body, ind: int):
-        """What of the reversed body of loop ``h`` (``body``: its ``(indent, node)``
-        statements) depends on the backward order, if it can be run forwards:
+    def _fwd_state(self, h: int, body: List[Union[Block, Leaf]]):
+        """What of the reversed body of loop ``h`` (``body``: the statements of its loop
+        block after the counter's decrement, from :meth:`Code.tree`) depends on the backward
+        order, if it can be run forwards:
         ``(pops, starts)`` -- the items each iteration pops per stack, and the start value
         of each chained counter ``_cur<P>`` of ``h`` (``Emitter.init_chains``); None when
         something else is order-bound (pops or counter state inside a nested loop, a pop
         of a run-time size, a chain whose start is not a constant)."""
         pops: Dict[str, int] = {}
         curs: Set[str] = set()
-        for i2, node in body:
+        for item in body:
+            if isinstance(item, Block):
+                if any(isinstance(node, ORDERED) for node in item.nodes()):
+                    return None         # runs a variable number of times per iteration
+                continue
+            node = item.node
             if not isinstance(node, ORDERED):
                 continue
-            if i2 != ind + 1:
-                return None             # runs a variable number of times per iteration
             if isinstance(node, Pop) and type(node.count) is int:
                 pops[node.stack] = pops.get(node.stack, 0) + node.count
             elif isinstance(node, ChainStart):

@@ -342,8 +342,8 @@ class Code:
         that of the first; AssertionError when it is inconsistent (a statement deeper than
         its block without a header, a header without a body, an ``elif``/``else`` that
         follows no ``if``)."""
-        items = [(ind, node, self.locs.get(k + 1)) for k, (ind, node) in enumerate(self.body)
-                 if k >= start]
+        items = [(ind, node, self.locs.get(k + 1))
+                 for k, (ind, node) in enumerate(self.body[start:], start)]
         if not items:
             return []
         out, k = _nest(items, 0, items[0][0], start)
