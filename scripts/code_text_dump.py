@@ -2,17 +2,20 @@
 
     PYTHONPATH=<worktree> python scripts/code_text_dump.py OUTDIR
 
-writes one file per (function, view) into OUTDIR: ``zyg.show`` (python target), the cpu text
-of ``emit_fused`` and ``emit_split``, the forward-mode (jvp) text, each with structured
-emission on and off.  Run it on two checkouts and ``diff -r`` the folders (an error is
-written as its message, so a case that fails in both fails the same way).  Inputs: every
+writes one file per (function, view) into OUTDIR: ``zyg.show`` (python target), the text of
+``emit_fused``, ``emit_split`` and forward mode (jvp) on both targets, and every module
+``zyg.hessian`` and ``zyg.grad`` load (python target), each with structured emission on and
+off.  Run it on two checkouts and ``diff -r`` the folders (an error is written as its
+message, so a case that fails in both fails the same way).  Inputs: every
 benchmark workload (its quick arguments) and the test functions listed below.
 """
 from __future__ import annotations
 
 import io
 import os
+import re
 import sys
+import types
 
 import numpy as np
 
@@ -107,6 +110,37 @@ def views(f, args, argnums):
         yield f"fused_{target}", guard(fused)
         yield f"split_{target}", guard(split)
         yield f"jvp_{target}", guard(jvp)
+    # what the api loads (python target: no compiling): zyg.hessian's modules (driver.py's
+    # gradient source, forward.py's jvp, api.py's hvp/hessian) and zyg.grad's
+    from zyg.backends.base import Backend
+    for view, run in (("loaded_hessian", lambda g: zyg.hessian(g, argnums=argnums[0],
+                                                              target="python")(*args)),
+                      ("loaded_grad", lambda g: zyg.grad(g, argnums=argnums,
+                                                         target="python")(*args))):
+        texts = []
+        load = Backend.load
+
+        def spy(self, code, ns, names, stem, texts=texts, load=load):
+            texts.append(f"# {stem}\n" + code.text(self.storage))
+            return load(self, code, ns, names, stem)
+        Backend.load = spy
+        try:
+            g = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__,
+                                   f.__closure__)
+            err = guard(lambda: (run(g), "")[1])
+        finally:
+            Backend.load = load
+        yield view, "".join(texts) + (err if err.startswith("ERROR") else "")
+
+
+def normal(text: str) -> str:
+    """``text`` without what differs between two checkouts: their paths, the cache folder,
+    and the content hashes of generated file names (their text holds the paths)."""
+    text = text.replace(ROOT, "<ROOT>")
+    cache = os.environ.get("ZYG_CACHE_DIR")
+    if cache:
+        text = text.replace(cache, "<CACHE>")
+    return re.sub(r"_[0-9a-f]{16}\.py", "_<HASH>.py", text)
 
 
 def main(outdir: str) -> None:
@@ -121,7 +155,7 @@ def main(outdir: str) -> None:
             structured.STRUCTURED = on
             for view, text in views(f, args, argnums):
                 with open(os.path.join(outdir, f"{label}.{'s' if on else 'd'}.{view}.txt"), "w") as fh:
-                    fh.write(text.replace(ROOT, "<ROOT>"))
+                    fh.write(normal(text))
                 n += 1
     structured.STRUCTURED = True
     print(f"{n} texts written to {outdir}")
