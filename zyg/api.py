@@ -21,7 +21,7 @@ from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_ar
 from .errors import TypeMismatch
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
-from .ssa.emit import _ident
+from .ssa.emit import Def, For, _ident
 from .ssa.lower import unwrap
 from .ssa.tuples import flatten_value, unflatten
 
@@ -260,15 +260,15 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
                         (f"np.zeros_like({params[j]})" if is_array(kinds[j]) else "0.0"))
     call = f"{stem}_jvp({', '.join(params + tans)})[1]"
     code.add(0, "")
-    code.add(0, f"def {stem}_hvp({', '.join(params + ['_e'])}):")
+    code.put(0, Def(f"{stem}_hvp", tuple(params + ["_e"])))
     code.add(1, f"return {call}")
     code.add(0, "")
-    code.add(0, f"def {stem}_hessian({', '.join(params)}):")
+    code.put(0, Def(f"{stem}_hessian", tuple(params)))
     if is_array(kinds[argnum]):
         code.add(1, f"_n = {x}.shape[0]")
         code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
         code.add(1, f"_e = np.zeros_like({x})")
-        code.add(1, "for _k in range(_n):")
+        code.put(1, For("_k", "range(_n)"))
         code.add(2, "_e[_k] = 1.0")
         code.add(2, f"_H[:, _k] = {call}")
         code.add(2, "_e[_k] = 0.0")
@@ -370,7 +370,7 @@ def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
     params = [var_name(q) for q in p.fn.params]
     tans = [("1.0" if i == b else "0.0") for i, q in enumerate(p.fn.params) if fwd.active(q)]
     code.add(0, "")
-    code.add(0, f"def {stem}({', '.join(params)}):")
+    code.put(0, Def(stem, tuple(params)))
     code.add(1, f'"""d {ir.name} / d argument {b} (forward mode), for nested derivatives."""')
     code.add(1, f"return {stem}_jvp({', '.join(params + tans)})[1]")
     (out,), _, _ = python.load(code, fwd.ns.ns, [stem], stem)

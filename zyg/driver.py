@@ -35,7 +35,7 @@ from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
 from .ssa.build import ssa_of
 from .ssa.captured import hidden_kind_sig, make_caller
-from .ssa.emit import _ident
+from .ssa.emit import Def, _ident
 from .ssa.ir import Function
 from .ssa.lower import unwrap
 from .ssa.tuples import flatten_value, unflatten
@@ -782,7 +782,7 @@ def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Cal
     code, ns, tape, mutates = emit_split(p, stem)
     params = [var_name(q) for q in p.fn.params]
     code.add(0, "")
-    code.add(0, f"def {stem}_grad({', '.join(params)}):")
+    code.put(0, Def(f"{stem}_grad", tuple(params)))
     code.add(1, f'"""Gradient of {ir.name} w.r.t. argument {argnum} (for forward-over-reverse)."""')
     code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
     code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")

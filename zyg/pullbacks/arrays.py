@@ -32,7 +32,7 @@ from ..errors import NoAdjoint, UnsupportedSyntax
 from ..rules import arrays as arules, dispatch
 from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, is_array, is_tuple,
                             tuple_elts)
-from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Grow, Peek, Pop, PopArray,
+from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Grow, If, Peek, Pop, PopArray,
                         PushArray, Reserve, RoomCheck, Store, var_name)
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
 from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
@@ -780,7 +780,7 @@ class ArrayMixin:
                        "zyg differentiates loops whose arrays keep one shape per line")
                 hint = ("make the array at its largest shape before the loop and use a slice "
                         "of it, or write the inner operation as a loop over indices")
-                code.add(ind, f"if {d}.size != 0 and {d}.shape != {n}.shape:")
+                code.put(ind, If(f"{d}.size != 0 and {d}.shape != {n}.shape"))
                 code.add(ind + 1, f"raise {exc}({msg!r}, {loc.filename!r}, {int(loc.lineno)}, "
                                   f"{int(loc.col or 0)}, {hint!r})")
             code.add(ind, f"{d} = _zyg_shadow_like({d}, {n})")
@@ -874,7 +874,7 @@ class ArrayMixin:
                         from .fancy import keep_last
                         last = keep_last(fn.spec, ops, fk, self.arr_value(base, local), g, self.new_tmp())
                         if last is not None:
-                            code.add(ind, last, st.loc)
+                            code.graft(ind, last, st.loc)
                     self.accumulate(val, g, array_ndim(info["old_kind"]), local, ind, code, st.loc,
                                     self.cplx(st))
                 else:
@@ -940,8 +940,8 @@ class ArrayMixin:
                 # x[idx]: repeated indices accumulate (numpy's dx[idx] += dy would not)
                 from .fancy import scatter_add
                 ops = [self.operand_value(q, local) for q in e.args[1:]]
-                code.add(ind, scatter_add(fn.spec, ops, fk, self.shadow(base, local), dy, self.new_tmp()),
-                         st.loc)
+                code.graft(ind, scatter_add(fn.spec, ops, fk, self.shadow(base, local), dy, self.new_tmp()),
+                           st.loc)
             elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
             self.consume(st.var, loop, ind, code)
@@ -975,7 +975,7 @@ class ArrayMixin:
         if "restore" in info:
             r = local.get(info["restore"], info["restore"])
             v = var_name(st.var)
-            code.add(ind, f"if {r}.size == {v}.size:")
+            code.put(ind, If(f"{r}.size == {v}.size"))
             code.add(ind + 1, f"{v}[...] = {r}.reshape({v}.shape)" if array_ndim(self.kind(st.var)) > 1
                      else f"{v}[...] = {r}")
 

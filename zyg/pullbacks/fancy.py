@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from ..ssa.analysis import array_ndim
+from ..ssa.emit import Code, For, If
 from ..ssa.fancy import array_parts
 from ..ssa.prims import index_src
 
@@ -59,45 +60,44 @@ def _result_index(spec, op_kinds, counter: str) -> str:
     return ", ".join(out)
 
 
-def selection_loop(spec, ops: List[str], op_kinds, tmp: int, body) -> str:
-    """Source of a loop over the selected elements in order. ``body(base_index,
-    result_index)`` gives the loop body (one or more lines) for the subscript of the
-    indexed array and of the gathered array."""
+def selection_loop(spec, ops: List[str], op_kinds, tmp: int, body) -> Code:
+    """A loop over the selected elements in order (statements at indentation 0 on).
+    ``body(base_index, result_index)`` gives the loop body (one or more lines) for the
+    subscript of the indexed array and of the gathered array."""
     pos, k, kd = _parts(spec, ops, op_kinds)
     sel = ops[k]
+    code = Code()
     if kd[0] == "b":
         km = array_ndim(kd)
         ivars = [f"_m{tmp}_{d}" for d in range(km)]
         new_ops = list(ops)
         new_ops[k] = ", ".join(ivars)
         c = f"_c{tmp}"
-        lines = [f"{c} = 0"]
-        ind = ""
+        code.add(0, f"{c} = 0")
+        ind = 0
         for d, v in enumerate(ivars):
-            lines.append(f"{ind}for {v} in range({sel}.shape[{d}]):")
-            ind += "    "
-        lines.append(f"{ind}if {sel}[{', '.join(ivars)}]:")
-        ind += "    "
-        for line in body(index_src(spec, new_ops), _result_index(spec, op_kinds, c)).split("\n"):
-            lines.append(ind + line)
-        lines.append(f"{ind}{c} += 1")
-        return "\n".join(lines)
+            code.put(ind, For(v, f"range({sel}.shape[{d}])"))
+            ind += 1
+        code.put(ind, If(f"{sel}[{', '.join(ivars)}]"))
+        ind += 1
+        code.add(ind, body(index_src(spec, new_ops), _result_index(spec, op_kinds, c)))
+        code.add(ind, f"{c} += 1")
+        return code
     kv = f"_k{tmp}"
     new_ops = list(ops)
     new_ops[k] = f"{sel}[{kv}]"
-    lines = [f"for {kv} in range({sel}.shape[0]):"]
-    for line in body(index_src(spec, new_ops), _result_index(spec, op_kinds, kv)).split("\n"):
-        lines.append("    " + line)
-    return "\n".join(lines)
+    code.put(0, For(kv, f"range({sel}.shape[0])"))
+    code.add(1, body(index_src(spec, new_ops), _result_index(spec, op_kinds, kv)))
+    return code
 
 
-def scatter_add(spec, ops: List[str], op_kinds, target: str, dy: str, tmp: int) -> str:
+def scatter_add(spec, ops: List[str], op_kinds, target: str, dy: str, tmp: int) -> Code:
     """``target[index] += dy`` with repeated indices accumulating."""
     return selection_loop(spec, ops, op_kinds, tmp,
                           lambda bi, ri: f"{target}[{bi}] += {dy}[{ri}]")
 
 
-def keep_last(spec, ops: List[str], op_kinds, base: str, g: str, tmp: int) -> Optional[str]:
+def keep_last(spec, ops: List[str], op_kinds, base: str, g: str, tmp: int) -> Optional[Code]:
     """Zero the entries of ``g`` (the gathered cotangent of a write ``base[index] = v``)
     whose index occurs again later: only the last write of an element survives.
     None when the index cannot repeat (a mask)."""
@@ -108,14 +108,14 @@ def keep_last(spec, ops: List[str], op_kinds, base: str, g: str, tmp: int) -> Op
     s, kv, j = f"_s{tmp}", f"_k{tmp}", f"_j{tmp}"
     n = f"{base}.shape[{pos}]"
     gi = _result_index(spec, op_kinds, kv)
-    return "\n".join([
-        f"{s} = np.zeros({n}, np.bool_)",
-        f"for {kv} in range({sel}.shape[0] - 1, -1, -1):",
-        f"    {j} = {sel}[{kv}] % {n}",
-        f"    if {s}[{j}]:",
-        f"        {g}[{gi}] = 0",
-        f"    {s}[{j}] = True",
-    ])
+    code = Code()
+    code.add(0, f"{s} = np.zeros({n}, np.bool_)")
+    code.put(0, For(kv, f"range({sel}.shape[0] - 1, -1, -1)"))
+    code.add(1, f"{j} = {sel}[{kv}] % {n}")
+    code.put(1, If(f"{s}[{j}]"))
+    code.add(2, f"{g}[{gi}] = 0")
+    code.add(1, f"{s}[{j}] = True")
+    return code
 
 
 # --- boolean masks of more than one dimension on compiled targets --------------------------

@@ -40,7 +40,7 @@ from ..rules import arrays as arules
 from ..ssa import hooks
 from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
 from ..ssa.captured import Closure
-from ..ssa.emit import _ident as ident, var_name
+from ..ssa.emit import Def, _ident as ident, var_name
 from ..ssa.lower import unwrap
 from ..ssa.prims import Prim
 from .forward import Forward, check_forward_kinds
@@ -150,7 +150,7 @@ def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable
         code, ns, _, _ = emit_split(p, stem)
         params = [var_name(q) for q in p.fn.params]
         code.add(0, "")
-        code.add(0, f"def {stem}({', '.join(params)}):")
+        code.put(0, Def(stem, tuple(params)))
         code.add(1, f'"""Gradient of {ir.name} w.r.t. argument {a} (zyg.grad inside a '
                     'differentiated function)."""')
         code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
@@ -186,7 +186,7 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
     tans = [f"_t{i}" for i in on]
     passed = [f"_t{i}" for i in on if fwd.active(p.fn.params[i])]
     code.add(0, "")
-    code.add(0, f"def {stem}({', '.join(params + tans)}):")
+    code.put(0, Def(stem, tuple(params + tans)))
     code.add(1, f'"""d/de of d {getattr(g, "__name__", "g")} / d argument {b} at the arguments '
                 f'plus e times the tangents of arguments {list(on)}."""')
     code.add(1, f"return {stem}_jvp({', '.join(params + passed)})[1]")

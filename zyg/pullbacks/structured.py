@@ -37,10 +37,10 @@ branches (GMM, the ODE) that was most of the gradient's time.  This mixin finds
 from __future__ import annotations
 
 import operator
-from typing import Dict, Optional, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
-from ..ssa.emit import (ORDERED, Capacity, ChainNext, ChainStart, Code, CounterSet, Grow, Pop, Reserve,
-                        RoomCheck, SetTop, var_name)
+from ..ssa.emit import (ORDERED, Block, Capacity, ChainNext, ChainStart, Code, CounterSet, Else, For,
+                        Grow, If, Leaf, Pop, Reserve, RoomCheck, SetTop, While, var_name)
 from ..ssa.ir import Branch, Const, Jump, Stmt, Var
 from ..ssa.prims import GetItem
 from ..ssa.passes import dominators
@@ -441,7 +441,7 @@ class StructuredMixin:
             code.add(ind, f"{trip} = {self.src(stop)} - {var_name(i)}")
         else:
             code.add(ind, f"{trip} = ({self.src(stop)} - {var_name(i)} + {step - 1}) // {step}")
-        code.add(ind, f"if {trip} < 0:")
+        code.put(ind, If(f"{trip} < 0"))
         code.add(ind + 1, f"{trip} = 0")
         if h in self.s_self and getattr(self, "_s_end", None) is not None:
             # its pushes were not bounded where the nest started: reserve them now
@@ -452,7 +452,7 @@ class StructuredMixin:
                 code.put(ind, RoomCheck(s, f"_{s}end"))
                 code.put(ind + 1, Grow(s, f"_{s}end"))
                 code.put(ind + 1, Capacity(s))
-        code.add(ind, f"for _k{h} in range({trip}):")
+        code.put(ind, For(f"_k{h}", f"range({trip})"))
         self.edge(h, B, hb.term.true_args, ind + 1, code, rec, goto=False)
         self.s_region(B, h, ind + 1, code)
         # the header once more: its test is false, the loop exits
@@ -474,10 +474,10 @@ class StructuredMixin:
                 b = t.target
                 continue
             m = self.ipdom[b]
-            code.add(ind, f"if {self.src(t.cond)}:")
+            code.put(ind, If(self.src(t.cond)))
             for k, (tgt, args) in enumerate(((t.true, t.true_args), (t.false, t.false_args))):
                 if k == 1:
-                    code.add(ind, "else:")
+                    code.put(ind, Else())
                 n0 = len(code)
                 self.edge(b, tgt, args, ind + 1, code, rec, goto=False)
                 self.s_region(tgt, m, ind + 1, code)
@@ -494,16 +494,16 @@ class StructuredMixin:
         self.adjoint_stmts(hb, ind, code)
         n0 = len(code)
         if ADJ_FOR:
-            code.add(ind, f"for _k{h} in range(_n{h}):")
+            code.put(ind, For(f"_k{h}", f"range(_n{h})"))
             code.add(ind + 1, f"_n{h} -= 1")
         else:
-            code.add(ind, f"while _n{h} > 0:")
+            code.put(ind, While(f"_n{h} > 0"))
             code.add(ind + 1, f"_n{h} -= 1")
         self._adj_blk = h
         self.adjoint_entry(hb, ind + 1, code, only=latch,
                            cont=lambda q, i2: self.s_adj_region(q, h, i2, code))
         self.adjoint_stmts(hb, ind + 1, code)
-        fwd = self.s_adj_forward(h) and self._fwd_state(h, code.body[n0 + 2:], ind)
+        fwd = self.s_adj_forward(h) and self._fwd_state(h, code.tree(n0)[0].body[1:])
         if fwd:
             # the reversed iterations are independent: run them in the forward order
             # (the body reads ``_n{h}`` only as the iteration's number)
@@ -589,20 +589,24 @@ class StructuredMixin:
                 return False
         return True
 
-    def _fwd_state(self, h: int, body, ind: int):
-        """What of the reversed body of loop ``h`` (``body``: its ``(indent, node)``
-        statements) depends on the backward order, if it can be run forwards:
+    def _fwd_state(self, h: int, body: List[Union[Block, Leaf]]):
+        """What of the reversed body of loop ``h`` (``body``: the statements of its loop
+        block after the counter's decrement, from :meth:`Code.tree`) depends on the backward
+        order, if it can be run forwards:
         ``(pops, starts)`` -- the items each iteration pops per stack, and the start value
         of each chained counter ``_cur<P>`` of ``h`` (``Emitter.init_chains``); None when
         something else is order-bound (pops or counter state inside a nested loop, a pop
         of a run-time size, a chain whose start is not a constant)."""
         pops: Dict[str, int] = {}
         curs: Set[str] = set()
-        for i2, node in body:
+        for item in body:
+            if isinstance(item, Block):
+                if any(isinstance(node, ORDERED) for node in item.nodes()):
+                    return None         # runs a variable number of times per iteration
+                continue
+            node = item.node
             if not isinstance(node, ORDERED):
                 continue
-            if i2 != ind + 1:
-                return None             # runs a variable number of times per iteration
             if isinstance(node, Pop) and type(node.count) is int:
                 pops[node.stack] = pops.get(node.stack, 0) + node.count
             elif isinstance(node, ChainStart):
@@ -638,7 +642,7 @@ class StructuredMixin:
                 code.add(ind, f"_{s}base{h} = _{s}sp - {c} * _e{h}")
         for cur, v in sorted(starts.items()):
             code.put(ind, CounterSet(cur, v))
-        code.add(ind, f"while _n{h} < _e{h}:")
+        code.put(ind, While(f"_n{h} < _e{h}"))
         for s, c in sorted(pops.items()):
             if c:
                 code.put(ind + 1, SetTop(s, f"_{s}base{h} + {c} * (_n{h} + 1)"))

@@ -35,8 +35,8 @@ from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer
 from .arrays import ArrayMixin, zero_of
 from .structured import StructuredMixin
 from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
-                        Grow, Line, Namespace, NoRoom, Peek, Pop, RoomCheck, StackInit, Store, Want,
-                        const_src, var_name)
+                        Def, Else, For, Grow, If, Line, Namespace, NoRoom, Peek, Pop, RoomCheck,
+                        StackInit, Store, Want, While, const_src, if_chain, var_name)
 from ..ssa.ir import Branch, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
@@ -664,9 +664,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         # accumulated in a 'while True' dispatch loop left only by 'break' ("type of
         # variable 'dx_1.1.1' cannot be determined"; found by tests/test_property.py)
         if grows:
-            code.add(ind, "while _blk >= 0:")
+            code.put(ind, While("_blk >= 0"))
             ind += 1
-        code.add(ind, "while _blk >= 0:")
+        code.put(ind, While("_blk >= 0"))
         def case(bid: int, i2: int) -> None:
             blk = self.fn.blocks[bid]
             if blk.id in self.struct_roots:
@@ -678,13 +678,13 @@ class Emitter(ArrayMixin, StructuredMixin):
                 body = self.fn.blocks[self.simple_loops[blk.id]]
                 if self.counted_loop(blk, body, i2, code, record, grows):
                     return
-                code.add(i2, "while True:")
+                code.put(i2, While("True"))
                 self.primal_block(blk, i2 + 1, code, record, grows)
-                code.add(i2 + 1, f"if _blk != {body.id}:")
+                code.put(i2 + 1, If(f"_blk != {body.id}"))
                 code.add(i2 + 2, "break")
                 self.primal_block(body, i2 + 1, code, record, grows)
                 if grows:
-                    code.add(i2, f"if _blk == {blk.id} or _blk == {body.id}:")
+                    code.put(i2, If(f"_blk == {blk.id} or _blk == {body.id}"))
                     code.add(i2 + 1, "break")
                 return
             self.primal_block(blk, i2, code, record, grows)
@@ -692,7 +692,7 @@ class Emitter(ArrayMixin, StructuredMixin):
                                  and not (hoisted and b == entry.id)
                                  and (b not in self.struct_blocks or b in self.struct_roots)], case)
         if grows:
-            code.add(ind, "if _blk == -1:")
+            code.put(ind, If("_blk == -1"))
             code.add(ind + 1, "break")
             for s in sorted(self.stack_used):
                 room = most.get(s, 0) + 64
@@ -730,9 +730,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         if isinstance(t, Jump):
             self.edge(blk.id, t.target, t.args, i2, code, record)
         elif isinstance(t, Branch):
-            code.add(i2, f"if {self.src(t.cond)}:")
+            code.put(i2, If(self.src(t.cond)))
             self.edge(blk.id, t.true, t.true_args, i2 + 1, code, record)
-            code.add(i2, "else:")
+            code.put(i2, Else())
             self.edge(blk.id, t.false, t.false_args, i2 + 1, code, record)
         else:
             code.add(i2, f"_ret = {self.src(t.value)}")
@@ -797,7 +797,7 @@ class Emitter(ArrayMixin, StructuredMixin):
         i, stop, step = pat
         trip = f"_trip{head.id}"
         code.add(ind, f"{trip} = ({self.src(stop)} - {var_name(i)} + {step - 1}) // {step}")
-        code.add(ind, f"if {trip} < 0:")
+        code.put(ind, If(f"{trip} < 0"))
         code.add(ind + 1, f"{trip} = 0")
         if record and grows:
             dh = self.total_demand(head)
@@ -806,7 +806,7 @@ class Emitter(ArrayMixin, StructuredMixin):
                     for k in set(dh) | set(db)}
             self.room_check(need, ind, code)
             self.s_reserve(need, self.array_stacks(), ind, code)
-        code.add(ind, f"for _k{head.id} in range({trip}):")
+        code.put(ind, For(f"_k{head.id}", f"range({trip})"))
         self.primal_block(body, ind + 1, code, record, grows, inlined=True)
         self.primal_block(head, ind, code, record, grows, inlined=True)
         self._s_end = None
@@ -889,7 +889,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             else:
                 code.add(ind, f"{self.dname(rv)} = _dy")
         code.add(ind, f"_blk = {ret_blk.id}")
-        code.add(ind, "while _blk >= 0:")     # not 'while True': see primal()
+        code.put(ind, While("_blk >= 0"))     # not 'while True': see primal()
         self._in_simple = False
 
         def case(bid: int, i2: int) -> None:
@@ -900,9 +900,9 @@ class Emitter(ArrayMixin, StructuredMixin):
             if blk.id in self.simple_loops:
                 body = self.fn.blocks[self.simple_loops[blk.id]]
                 self._in_simple = True
-                code.add(i2, "while True:")
+                code.put(i2, While("True"))
                 self.adjoint_block(blk, i2 + 1, code)
-                code.add(i2 + 1, f"if _blk != {body.id}:")
+                code.put(i2 + 1, If(f"_blk != {body.id}"))
                 code.add(i2 + 2, "break")
                 self.adjoint_block(body, i2 + 1, code)
                 self._in_simple = False
@@ -977,7 +977,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             self.loop_guards += 1
             guard = self.zero_guards
         if guard and conv.back_exprs is not None:
-            code.add(ind, f"if {dy} != 0:", st.loc)
+            code.put(ind, If(f"{dy} != 0"), st.loc)
             ind += 1
         if conv.back_exprs is not None:
             mapping = {}
@@ -1014,7 +1014,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             code.add(ind, f"_g = {h}({', '.join(bargs + [dy])})", st.loc)
             if guard:
                 # the helper still runs (it may pop records); its result is dropped
-                code.add(ind, f"if {dy} != 0:", st.loc)
+                code.put(ind, If(f"{dy} != 0"), st.loc)
                 ind += 1
             for i, a in targets:
                 code.add(ind, f"{self.dname(a)} += {self.proj(a, f'_g[{i}]', self.cplx(st))}", st.loc)
@@ -1132,9 +1132,9 @@ class Emitter(ArrayMixin, StructuredMixin):
             return
         if blk.id in self.counted:
             o, latch = self.counted[blk.id]
-            code.add(ind, f"if _n{blk.id} == 0:")
+            code.put(ind, If(f"_n{blk.id} == 0"))
             to_pred(o, ind + 1)
-            code.add(ind, "else:")
+            code.put(ind, Else())
             code.add(ind + 1, f"_n{blk.id} -= 1")
             to_pred(latch, ind + 1)
             finish()
@@ -1146,9 +1146,9 @@ class Emitter(ArrayMixin, StructuredMixin):
             code.add(ind, f"_tag = _tag{blk.id}")
         for k, pred in enumerate(ps):
             if k == len(ps) - 1:
-                code.add(ind, "else:")
+                code.put(ind, Else())
             else:
-                code.add(ind, f"{'if' if k == 0 else 'elif'} _tag == {k}:")
+                code.put(ind, if_chain(k == 0, f"_tag == {k}"))
             to_pred(pred, ind + 1)
         finish()
 
@@ -1234,27 +1234,26 @@ def dispatch(code: Code, ind: int, ids: List[int], case: Callable[[int, int], No
     LLVM does not turn numba's comparisons into a switch)."""
     if len(ids) <= DISPATCH_TREE_MIN:
         for k, b in enumerate(ids):
-            code.add(ind, f"{'if' if k == 0 else 'elif'} _blk == {b}:")
+            code.put(ind, if_chain(k == 0, f"_blk == {b}"))
             case(b, ind + 1)
         return
 
     def tree(sub: List[int], i: int) -> None:
         if len(sub) <= 3:
             for k, b in enumerate(sub):
-                code.add(i, f"{'if' if k == 0 else 'elif'} _blk == {b}:")
+                code.put(i, if_chain(k == 0, f"_blk == {b}"))
                 case(b, i + 1)
             return
         mid = len(sub) // 2
-        code.add(i, f"if _blk < {sub[mid]}:")
+        code.put(i, If(f"_blk < {sub[mid]}"))
         tree(sub[:mid], i + 1)
-        code.add(i, "else:")
+        code.put(i, Else())
         tree(sub[mid:], i + 1)
     tree(sorted(ids), ind)
 
 
-def _header(fn: Function, name: str, extra: List[str]) -> str:
-    params = [var_name(p) for p in fn.params] + extra
-    return f"def {name}({', '.join(params)}):"
+def _header(fn: Function, name: str, extra: List[str]) -> Def:
+    return Def(name, tuple([var_name(p) for p in fn.params] + extra))
 
 
 SPLIT_BLOCKS = 16
@@ -1294,7 +1293,7 @@ def emit_fused(p: Plan, name: str, value: bool = True, zero_guards: bool = True)
     outs = em.grad_outputs()
     stacks = sorted(em.stack_used)
     code = Code()
-    code.add(0, _header(p.fn, name, [f"_{s}0" for s in stacks]))
+    code.put(0, _header(p.fn, name, [f"_{s}0" for s in stacks]))
     what = "Value and gradient" if value else "Gradient"
     code.add(1, f'"""{what} of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
     code.add(1, "_dy = 1.0")
@@ -1324,7 +1323,7 @@ def _nan_check(em: "Emitter", code: Code, outs: List[str]) -> bool:
             continue
         conds.append(f"np.isnan({o}).any()" if is_array(em.kind(p)) else f"{o} != {o}")
     if conds:
-        code.add(1, f"if {' or '.join(conds)}:")
+        code.put(1, If(" or ".join(conds)))
         code.add(2, "raise _ZygRetry()")
     return True
 
@@ -1336,7 +1335,7 @@ def _emit_fused_split(p: Plan, name: str, value: bool, zero_guards: bool = True)
     stacks = sorted(em.stack_used)
     outs = em.grad_outputs()
     code.add(0, "")
-    code.add(0, _header(p.fn, name, [f"_{s}0" for s in stacks]))
+    code.put(0, _header(p.fn, name, [f"_{s}0" for s in stacks]))
     what = "Value and gradient" if value else "Gradient"
     code.add(1, f'"""{what} of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
     args = ", ".join([var_name(q) for q in p.fn.params] + [f"_{s}0" for s in stacks])
@@ -1370,7 +1369,7 @@ def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
     tape += em.tag_scalars + em.count_scalars + sorted(em.adj_uses)
     code = Code()
     params = [var_name(q) for q in p.fn.params] + ([f"_{s}0" for s in sorted(em.stack_used)] if pooled else [])
-    code.add(0, f"def {name}_primal({', '.join(params)}):")
+    code.put(0, Def(f"{name}_primal", tuple(params)))
     code.add(1, f'"""Primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}): returns (value, tape)."""')
     em.stack_init(code, 1, pooled=pooled)
     em.residual_init(code, 1)
@@ -1378,7 +1377,7 @@ def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
     tt = "(" + "".join(t + ", " for t in tape) + ")"
     code.add(1, f"return _ret, {tt}")
     code.add(0, "")
-    code.add(0, f"def {name}_adjoint({', '.join(tape + ['_dy'])}):")
+    code.put(0, Def(f"{name}_adjoint", tuple(tape + ["_dy"])))
     code.add(1, f'"""Adjoint of {p.fn.name}: gradients of every float argument."""')
     code.extend(adj)
     shadow_names = {em.dname(v) for v in em.shadow_roots.values()}

@@ -72,6 +72,68 @@ class ChainNext:
         return f"{self.cur} = {self.ini}"
 
 
+# -- block headers: control flow, one level of indentation opens under each --------------
+
+@dataclass(frozen=True)
+class Def:
+    """Block header ``def name(params):`` (a generated function)."""
+    name: str
+    params: Tuple[str, ...]
+
+    def render(self) -> str:
+        return f"def {self.name}({', '.join(self.params)}):"
+
+
+@dataclass(frozen=True)
+class If:
+    """Block header ``if cond:``."""
+    cond: str
+
+    def render(self) -> str:
+        return f"if {self.cond}:"
+
+
+@dataclass(frozen=True)
+class Elif:
+    """Block header ``elif cond:`` (right after an :class:`If` or :class:`Elif` block)."""
+    cond: str
+
+    def render(self) -> str:
+        return f"elif {self.cond}:"
+
+
+@dataclass(frozen=True)
+class Else:
+    """Block header ``else:`` (right after an :class:`If` or :class:`Elif` block)."""
+
+    def render(self) -> str:
+        return "else:"
+
+
+@dataclass(frozen=True)
+class While:
+    """Block header ``while cond:``."""
+    cond: str
+
+    def render(self) -> str:
+        return f"while {self.cond}:"
+
+
+@dataclass(frozen=True)
+class For:
+    """Block header ``for var in iterable:``."""
+    var: str
+    iterable: str
+
+    def render(self) -> str:
+        return f"for {self.var} in {self.iterable}:"
+
+
+def if_chain(first: bool, cond: str) -> Union[If, Elif]:
+    """The header of one case of an if/elif chain: :class:`If` for the first, else :class:`Elif`."""
+    return If(cond) if first else Elif(cond)
+
+
 # -- tape nodes: the back end's storage spells them (zyg/pullbacks/tape.py: NumpyStacks) --
 #
 # A stack ``s`` (``f`` floats, ``i`` ints, ``c`` complex, ``t`` edge tags) has a top
@@ -195,16 +257,47 @@ class Reserve:
 
 TAPE = (StackInit, Store, Advance, Pop, Peek, PushArray, PopArray, SetTop, RoomCheck, NoRoom,
         Grow, Capacity, Want, Reserve)
-Node = Union[Line, CounterSet, ChainStart, ChainNext, StackInit, Store, Advance, Pop, Peek,
-             PushArray, PopArray, SetTop, RoomCheck, NoRoom, Grow, Capacity, Want, Reserve]
+Node = Union[Line, CounterSet, ChainStart, ChainNext, Def, If, Elif, Else, While, For,
+             StackInit, Store, Advance, Pop, Peek, PushArray, PopArray, SetTop, RoomCheck, NoRoom,
+             Grow, Capacity, Want, Reserve]
+# the nodes that open a block: the statements one level deeper that follow are their body
+# (RoomCheck and NoRoom are ifs whose condition the storage spells)
+HEADERS = (Def, If, Elif, Else, While, For, RoomCheck, NoRoom)
 # the statements that tie a reversed loop's iterations to their order
 ORDERED = (Pop, PopArray, SetTop, CounterSet, ChainStart, ChainNext, Reserve)
 
 
+@dataclass
+class Leaf:
+    """A statement that opens no block, in :meth:`Code.tree`: its node and user location."""
+    node: Node
+    loc: Optional[Loc] = None
+
+    def nodes(self):
+        yield self.node
+
+
+@dataclass
+class Block:
+    """A block in :meth:`Code.tree`: its header (one of :data:`HEADERS`), the statements of
+    its body (:class:`Leaf` and nested :class:`Block`, never empty) and the header's user
+    location."""
+    header: Node
+    body: List[Union["Block", Leaf]]
+    loc: Optional[Loc] = None
+
+    def nodes(self):
+        """Every node of the block, its header first, in statement order."""
+        yield self.header
+        for item in self.body:
+            yield from item.nodes()
+
+
 class Code:
     """Generated statements, each with its indentation level and the user location it came
-    from.  Ordinary statements are :class:`Line` nodes; tape operations and counter state
-    are typed nodes, which the analyses of generated code read (they never read the text).
+    from.  Ordinary statements are :class:`Line` nodes; block headers (:data:`HEADERS`),
+    tape operations and counter state are typed nodes, which the analyses of generated code
+    read (they never read the text).  :meth:`tree` nests the statements into blocks.
     :meth:`render` prints the module: a back end's ``storage`` spells the tape nodes
     (``storage.lower(node)``: its lines)."""
 
@@ -230,12 +323,49 @@ class Code:
         for k, v in other.locs.items():
             self.locs[base + k] = v
 
+    def graft(self, indent: int, other: "Code", loc: Optional[Loc] = None) -> None:
+        """Append the statements of ``other`` one ``indent`` deeper, each with its own user
+        location or else ``loc``."""
+        for k, (ind, node) in enumerate(other.body):
+            self.put(indent + ind, node, other.locs.get(k + 1, loc))
+
     def truncate(self, n: int) -> List[Tuple[int, Node, Optional[Loc]]]:
         """Remove and return the statements from index ``n`` on, with their locations."""
         out = [(ind, node, self.locs.get(k + 1)) for k, (ind, node) in enumerate(self.body) if k >= n]
         del self.body[n:]
         self.locs = {k: v for k, v in self.locs.items() if k <= n}
         return out
+
+    def tree(self, start: int = 0) -> List[Union[Block, Leaf]]:
+        """The statements from number ``start`` (0-based) on, nested: a header's body is the
+        statements one level deeper that follow it.  Their indentation must not go below
+        that of the first; AssertionError when it is inconsistent (a statement deeper than
+        its block without a header, a header without a body, an ``elif``/``else`` that
+        follows no ``if``)."""
+        items = [(ind, node, self.locs.get(k + 1))
+                 for k, (ind, node) in enumerate(self.body[start:], start)]
+        if not items:
+            return []
+        out, k = _nest(items, 0, items[0][0], start)
+        assert k == len(items), \
+            f"statement {start + k + 1} is indented less than statement {start + 1}"
+        return out
+
+    @classmethod
+    def from_tree(cls, tree: List[Union[Block, Leaf]], indent: int = 0) -> "Code":
+        """The statements of ``tree`` (:meth:`tree`'s result) flattened back, its top level
+        at ``indent``: ``Code.from_tree(c.tree())`` has the statements of ``c``."""
+        code = cls()
+
+        def put(items, ind: int) -> None:
+            for item in items:
+                if isinstance(item, Block):
+                    code.put(ind, item.header, item.loc)
+                    put(item.body, ind + 1)
+                else:
+                    code.put(ind, item.node, item.loc)
+        put(tree, indent)
+        return code
 
     def render(self, storage) -> Tuple[List[str], Dict[int, Loc]]:
         """The module's lines, and the user location of each line (1-based) that has one."""
@@ -252,6 +382,30 @@ class Code:
 
     def text(self, storage) -> str:
         return "\n".join(self.render(storage)[0]) + "\n"
+
+
+def _nest(items, k: int, level: int, start: int):
+    """Statements ``items[k:]`` at indentation ``level`` and their bodies, up to the first
+    one indented less: ``(tree, index after it)``."""
+    out: List[Union[Block, Leaf]] = []
+    while k < len(items):
+        ind, node, loc = items[k]
+        if ind < level:
+            break
+        assert ind == level, \
+            f"statement {start + k + 1} is indented {ind} in a block at {level}: a body without a header"
+        k += 1
+        if not isinstance(node, HEADERS):
+            out.append(Leaf(node, loc))
+            continue
+        if isinstance(node, (Elif, Else)):
+            prev = out[-1].header if out and isinstance(out[-1], Block) else None
+            assert isinstance(prev, (If, Elif)), \
+                f"statement {start + k} ({node.render()}) follows no if"
+        body, k = _nest(items, k, level + 1, start)
+        assert body, f"statement {start + k} is a header without a body"
+        out.append(Block(node, body, loc))
+    return out, k
 
 
 def _ident(s: str) -> str:
