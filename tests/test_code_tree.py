@@ -395,10 +395,9 @@ def test_hessian_and_jvp_code(target, loaded):
         check_typed(code, storage, stem)
 
 
-@pytest.mark.xfail(strict=True, reason="found here, on main too: a recursive function called in a "
-                   "loop with a different argument each iteration gets a wrong gradient "
-                   "(6.7 instead of 6.9); reported in /work/notes/tree-report.md")
 def test_recursion_in_a_loop_gradient(target):
+    # found here: the reverse of a sum loop ran forwards and took another iteration's
+    # recursive pullback (6.7 instead of 6.9); tests/test_loop_order.py has its siblings
     got = zyg.grad(_copy(recursive_sum), target=target)(0.6, 4)
     want = 3 * sum((0.6 + 0.1 * i) ** 2 for i in range(4))
     assert abs(got - want) <= 1e-9 * abs(want), (got, want)

@@ -42,7 +42,8 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 from ..ssa.emit import (ORDERED, Block, Capacity, ChainNext, ChainStart, Code, CounterSet, Else, For,
                         Grow, If, Leaf, Pop, Reserve, RoomCheck, SetTop, While, var_name)
 from ..ssa.ir import Branch, Const, Jump, Stmt, Var
-from ..ssa.prims import GetItem
+from ..rules.higher import Checkpointed, Hooked
+from ..ssa.prims import GetItem, Recursive
 from ..ssa.passes import dominators
 from .tape import KIND_STACK
 
@@ -555,7 +556,7 @@ class StructuredMixin:
                     for a in args:
                         use(a)
             for st in blk.stmts:
-                if st.var is None or self.extra.get(st.var.id):
+                if st.var is None or self.extra.get(st.var.id) or _order_bound(st):
                     return False
                 k = self.kind(st.var)
                 if k not in ("float", "int", "bool"):
@@ -714,3 +715,14 @@ class StructuredMixin:
         if step == 1:
             return f"max(0, {hi} - {lo})"
         return f"max(0, ({hi} - {lo} + {step - 1}) // {step})"
+
+
+def _order_bound(st: Stmt) -> bool:
+    """Does the adjoint of ``st`` have run-time effects whose order matters?  A recursive
+    call or a ``zyg.checkpoint`` takes its pullback from the records of the run, newest
+    first (``zyg/pullbacks/recursion.py``); a checkpointed loop's runner does the same; a
+    ``zyg.hook`` calls the user's function, whose calls are seen in the reverse order.
+    The reverse of a loop holding one runs backwards: forwards, an iteration would take
+    another iteration's pullback."""
+    fn = st.expr.fn
+    return isinstance(fn, (Recursive, Checkpointed, Hooked)) or getattr(fn, "_zyg_runner", False)
