@@ -590,6 +590,60 @@ def test_loop_exits(sc):
     run(sc)
 
 
+RECURSIVE_HELPERS = """
+def rpow(v, k):
+    if k == 0:
+        return 1.0
+    return v * rpow(v, k - 1)
+
+
+def rsum(v, k):
+    if k == 0:
+        return v
+    return math.sin(v) + 0.5 * rsum(v * 0.9, k - 1)
+
+
+def blk(v):
+    return math.exp(0.3 * v) * math.cos(v)
+
+
+"""
+
+
+@st.composite
+def recursion_in_loops(draw):
+    """Recursive calls and ``zyg.checkpoint`` inside loops, their results summed (or
+    scaled, or subtracted) into an accumulator: their pullbacks are records of the run,
+    taken newest first, so the loop's reverse must run backwards (it once ran forwards and
+    took another iteration's pullback: tests/test_loop_order.py)."""
+    nested = draw(st.booleans())
+    ind = "    " if nested else ""
+    body = ["s = x"]
+    if nested:
+        body.append("for j in range(2):")
+    body.append(f"{ind}for i in range({N}):")
+    atoms = ["w[i]", "x"] + (["w[j]"] if nested else [])
+    for _ in range(draw(st.integers(1, 2))):
+        # a different argument in each iteration (drawn arrays are often constant)
+        e = f"{sexpr(draw, atoms, 1)} + 0.13 * i"
+        # depths whose inner pullback depends on the value (the first level is inlined)
+        call = draw(st.sampled_from([f"rpow({e}, {draw(st.integers(3, 4))})",
+                                     f"rsum({e}, {draw(st.integers(2, 3))})",
+                                     f"zyg.checkpoint(blk, {e})"]))
+        form = draw(st.sampled_from(["s = s + {c}", "s += {c}", "s -= {c}", "s = s - {c}",
+                                     "s += {c} * {k}"]))
+        body.append(f"{ind}    " + form.format(c=call, k=sexpr(draw, atoms, 1)))
+    body.append("return s")
+    src = RECURSIVE_HELPERS + "def f(w, x):\n" + "\n".join("    " + b for b in body) + "\n"
+    return Scenario(src, [("call", "f", False)], std_args(draw), (0, 1))
+
+
+@_settings(20)
+@given(with_targets(recursion_in_loops()))
+def test_recursion_in_loops(sc):
+    run(sc)
+
+
 @st.composite
 def reads_before_writes(draw):
     """Values read from an array (the argument itself, a copy, a view) and the array then
@@ -760,7 +814,7 @@ def test_generators_make_valid_scenarios():
     """Guards the test itself: every family's scenarios run as plain Python."""
     from hypothesis import HealthCheck, settings
     fams = [closures(), lambdas(), module_globals(), redefined(), views(), late_active(),
-            reads_before_writes(), checkpoints(), aliased()]
+            reads_before_writes(), checkpoints(), aliased(), loop_exits(), recursion_in_loops()]
 
     @settings(max_examples=30, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
