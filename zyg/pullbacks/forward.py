@@ -46,8 +46,10 @@ _LINEAR = {np.sum, np.mean, np.transpose, np.reshape, np.ravel, np.copy, np.cums
 _BILINEAR = {np.dot, np.matmul, operator.matmul, np.inner, np.outer, np.cross, np.kron}
 # linear in all their float operands jointly (the others are shapes and counts)
 _LINEAR_ALL = {np.full, np.full_like, np.linspace}
+# functions that act on each element (besides numpy's ufuncs): the push-forward of an
+# array argument is the pullback's expression with the tangent in place of the cotangent
 _ELEMENTWISE = {operator.neg, operator.pos, abs, np.abs, np.absolute, np.conjugate, np.real, np.imag,
-                np.angle}
+                np.angle, np.sinc}
 _REDUCTIONS = {np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin}
 
 
@@ -292,7 +294,9 @@ class Forward:
         kwk = {k: self.kind(v) for k, v in e.kwargs.items()}
         kwc = {k: (v.value if isinstance(v, Const) else arules._NOCONST) for k, v in e.kwargs.items()}
         scalar_out = not is_array(self.kind(st.var))
-        elementwise = r.broadcast or fn in _ELEMENTWISE or registry.lookup(fn) is not None
+        # a scalar rule says nothing about what the function does to an array (np.sum has
+        # one for numbers): elementwise only for ufuncs and the listed functions
+        elementwise = r.broadcast or fn in _ELEMENTWISE or isinstance(fn, np.ufunc)
         terms = []
         for i in act:
             if r.fwd is not None and not scalar_out:

@@ -410,6 +410,8 @@ def _clip(c: Ctx, i: int) -> Optional[str]:
         raise _no_complex("np.clip")
     if c.kwnames:
         raise _RuleError("pass the bounds of np.clip by position: np.clip(x, lo, hi)")
+    if len(c.x) != 3:
+        raise _RuleError(f"np.clip takes 3 arguments (x, lo, hi); this call passes {len(c.x)}")
     x, dy = c.x[0], c.dy
     lo = None if c.const(1, _NOCONST) is None else c.x[1]
     hi = None if c.const(2, _NOCONST) is None else c.x[2]
