@@ -159,3 +159,30 @@ def test_user_lines_follow_nodes_that_lower_to_several_lines():
     assert len(lines) == 6
     assert [locs.get(k) for k in range(1, 7)] == [None, loc_a, loc_a, loc_a, loc_a, loc_b]
     assert lines[5] == "    return a"
+
+
+class Doubling(Tracing):
+    """Doubles every float a loaded function returns (so code it did not build shows)."""
+
+    def load(self, code, ns, names, stem):
+        fns, path, locs = super().load(code, ns, names, stem)
+        return [self._twice(f) for f in fns], path, locs
+
+    @staticmethod
+    def _twice(f):
+        def g(*a):
+            r = f(*a)
+            if isinstance(r, tuple):
+                return tuple(2 * v if isinstance(v, float) else v for v in r)
+            return 2 * r if isinstance(r, float) else r
+        return g
+
+
+def test_replacing_a_back_end_forgets_what_was_compiled_for_its_name():
+    backends.register(type("First", (Tracing,), {"name": "swap"})())
+    g = zyg.grad(looped, target="swap")
+    want = zyg.grad(looped, target="python")(0.7, 6)
+    assert g(0.7, 6) == want
+    backends.register(type("Second", (Doubling,), {"name": "swap"})())
+    # the same gradient object, called again, runs what the new back end built
+    assert g(0.7, 6) == 2 * want

@@ -148,7 +148,7 @@ class _Specializer:
     def __init__(self, f: Callable, argnums, target: str, mode: str,
                  statics: Optional[Dict[int, Any]] = None):
         self.statics = statics
-        self.backend = backends.get(target)      # ValueError for an unknown target
+        backends.get(target)      # ValueError for an unknown target
         self.f = f
         self.argnums = argnums
         self.target = target
@@ -156,6 +156,12 @@ class _Specializer:
         self.cache: Dict[Tuple[type, ...], Callable] = {}
         self.name = _ident(getattr(unwrap(f), "__name__", "f").replace("<lambda>", "lambda"))
         _LIVE.add(self)
+
+    @property
+    def backend(self):
+        """The target's back end, looked up when code is built (a back end registered
+        under the name later replaces it; zyg.backends.register clears the caches)."""
+        return backends.get(self.target)
 
     def build(self, args: Sequence[Any]) -> Callable:
         # first calls from several threads build one at a time (calls of built code do not lock)

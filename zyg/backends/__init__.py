@@ -19,11 +19,19 @@ TARGETS: Tuple[str, ...] = tuple(_BACKENDS)
 
 def register(backend: Backend) -> Backend:
     """Make ``backend`` the back end of the target named ``backend.name`` (every
-    ``target=`` argument of the API accepts the name from then on)."""
+    ``target=`` argument of the API accepts the name from then on).  Replacing a back
+    end forgets what was compiled for the name in this process; on disk, generated modules
+    are keyed by their text, whose first lines are ``backend.tag()``: a back end's tag
+    must name everything its compiled code depends on besides the text."""
     global TARGETS
     if not isinstance(backend, Backend) or not backend.name:
         raise TypeError("register() takes a zyg.backends.Backend with a name")
+    old = _BACKENDS.get(backend.name)
     _BACKENDS[backend.name] = backend
+    if old is not None and old is not backend:
+        # code compiled by the back end it replaces is keyed by the same name
+        from ..caches import invalidate
+        invalidate()
     TARGETS = tuple(_BACKENDS)
     return backend
 
