@@ -373,7 +373,7 @@ def closures(draw):
     return Scenario(src, steps, std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(closures()))
 def test_closures(sc):
     run(sc)
@@ -404,7 +404,7 @@ def lambdas(draw):
     return Scenario(src, steps, std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(lambdas()))
 def test_lambdas(sc):
     run(sc)
@@ -443,7 +443,7 @@ def module_globals(draw):
     return Scenario(src, steps, std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(module_globals()))
 def test_module_globals(sc):
     run(sc)
@@ -470,7 +470,7 @@ def redefined(draw):
     return Scenario(src, steps, std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(redefined()))
 def test_redefined_helpers(sc):
     run(sc)
@@ -524,7 +524,7 @@ def views(draw):
     return Scenario(src, [("call", "f", False)], args, (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(views()))
 def test_views_in_loops(sc):
     run(sc)
@@ -552,7 +552,7 @@ def late_active(draw):
     return Scenario(src, [("call", "f", False)], std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(late_active()))
 def test_late_active_locals(sc):
     run(sc)
@@ -584,7 +584,7 @@ def loop_exits(draw):
     return Scenario(src, [("call", "f", False)], std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(loop_exits()))
 def test_loop_exits(sc):
     run(sc)
@@ -638,7 +638,7 @@ def recursion_in_loops(draw):
     return Scenario(src, [("call", "f", False)], std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(recursion_in_loops()))
 def test_recursion_in_loops(sc):
     run(sc)
@@ -662,7 +662,7 @@ def reads_before_writes(draw):
     return Scenario(src, [("call", "f", False)], std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(reads_before_writes()))
 def test_reads_before_writes(sc):
     run(sc)
@@ -699,7 +699,7 @@ def checkpoints(draw):
     return Scenario(src, [("call", "f", False)], std_args(draw), (0, 1))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(checkpoints()))
 def test_checkpoint_mutating_blocks(sc):
     run(sc)
@@ -730,7 +730,7 @@ def aliased(draw):
                     "values-or-error" if write else "values", alias=(0, 1, kind))
 
 
-@_settings(20)
+@_settings(15)
 @given(with_targets(aliased()))
 def test_aliased_arguments(sc):
     run(sc)
