@@ -27,7 +27,7 @@ class CpuBackend(Backend):
     def __init__(self):
         super().__init__()
         self._wrapped: Dict[Any, Any] = {}
-        self._subst: Dict[int, Any] = {}
+        self._subst: Dict[str, Dict[int, Any]] = {}
 
     def options(self) -> Dict[str, Any]:
         return numerics.numba_options()
@@ -46,13 +46,16 @@ class CpuBackend(Backend):
         return numba.vectorize(nopython=True)(kernel)
 
     def _substitutes(self) -> Dict[int, Any]:
-        if not self._subst:
+        """id of a function numba lacks -> what generated code calls instead (compiled with
+        the options in force)."""
+        got = self._subst.get(self.tag())
+        if got is None:
             # math functions numba's nopython mode lacks, and their numpy equivalents
-            subst = {id(math.cbrt): np.cbrt, id(math.fmod): np.fmod}
+            got = {id(math.cbrt): np.cbrt, id(math.fmod): np.fmod}
             from ..rules import special        # scipy.special: numba-compilable versions
-            subst.update({id(fn): impl for fn, impl in special.numba_substitutes().items()})
-            self._subst = subst
-        return self._subst
+            got.update({id(fn): impl for fn, impl in special.numba_substitutes().items()})
+            self._subst[self.tag()] = got
+        return got
 
     def wrap(self, obj: Any) -> Any:
         subst = self._substitutes()
