@@ -189,7 +189,6 @@ class Emitter(ArrayMixin, StructuredMixin):
         self.fn = p.fn
         self.al = p.aliases
         self.ns = Namespace(p.backend.wrap)
-        self.wrap = p.backend.wrap
         self.stack_used: Set[str] = set()
         self.tag_scalars: List[str] = []
         self.adj_uses: Set[str] = set()       # primal names read by the adjoint (no tape)
