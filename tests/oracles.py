@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import time
 import zlib
 from collections import Counter, defaultdict
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -300,7 +301,16 @@ def check_more(family: str, f: Callable, args: Sequence[Any], argnums: Sequence[
                where: str = "") -> None:
     """The oracles the existing families add after their own checks at one target: the jvp
     (every program on python, a share on cpu) and the hvp w.r.t. argument 0 (a share),
-    reusing ``vg``, the value_and_grad already built for ``argnums``."""
+    reusing ``vg``, the value_and_grad already built for ``argnums``.  The CPU seconds it
+    takes are added up under "oracle cpu-seconds" (the cost of the oracles in CI)."""
+    t0 = time.process_time()
+    try:
+        _check_more(family, f, args, argnums, grads, y, target, vg, src, where)
+    finally:
+        STATS[family]["oracle cpu-seconds"] += round(time.process_time() - t0, 3)
+
+
+def _check_more(family, f, args, argnums, grads, y, target, vg, src, where) -> None:
     if target == "python" or share(src, JVP_CPU_EVERY, "jvp"):
         check_jvp(family, f, args, argnums, grads, y, target, where)
     every = HVP_EVERY if target == "python" else HVP_CPU_EVERY
@@ -324,11 +334,14 @@ def family_test(family: str, strategy, check: Callable, hsettings, *, oracles: S
     @given(strategy)
     def run(prog):
         count(family, "programs")
+        t0 = time.process_time()
         try:
             check(prog)
         except UnsatisfiedAssumption:
             count(family, "rejected (unreliable reference)")
             raise
+        finally:
+            STATS[family]["cpu-seconds"] += round(time.process_time() - t0, 3)
     run()
     got = STATS[family] - before
     print(f"\n{family}: " + ", ".join(f"{k} {v}" for k, v in sorted(got.items())))
