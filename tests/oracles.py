@@ -24,7 +24,7 @@ Environment (all optional; CI uses the defaults):
   run counts every mismatch (the family test fails at its end if there was one);
 * ``ZYG_ORACLE_REPORT=path``: the counts (and the first recorded mismatches) are written
   there as JSON when the process exits (``scripts/long_property_run.py`` reads them);
-* ``ZYG_ORACLE_JVP_CPU_EVERY=k`` (default 4): the cpu jvp runs on one program of k (a
+* ``ZYG_ORACLE_JVP_CPU_EVERY=k`` (default 10): the cpu jvp runs on one program of k (a
   deterministic share, by a hash of the source; the python jvp runs on every program);
 * ``ZYG_ORACLE_HVP_EVERY=k`` (default 2) / ``ZYG_ORACLE_HVP_CPU_EVERY=k`` (default 0,
   never): the share of programs whose hvp is checked on python / cpu (a cpu hvp is a numba
@@ -55,7 +55,7 @@ def _every(name: str, default: int) -> int:
     return int(os.environ.get(name, str(default)))
 
 
-JVP_CPU_EVERY = _every("ZYG_ORACLE_JVP_CPU_EVERY", 4)
+JVP_CPU_EVERY = _every("ZYG_ORACLE_JVP_CPU_EVERY", 10)
 HVP_EVERY = _every("ZYG_ORACLE_HVP_EVERY", 2)
 HVP_CPU_EVERY = _every("ZYG_ORACLE_HVP_CPU_EVERY", 0)
 
