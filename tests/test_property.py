@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import zyg
 
 from conftest import close, fd_partial
+import oracles
 
 _DIR = tempfile.mkdtemp(prefix="zyg_prop_")
 _COUNT = itertools.count()
@@ -221,11 +222,15 @@ def check(src, args, targets):
     assume(all(v is not None for v in fds))
     y = f(*args)
     for t in targets:
-        v, g = zyg.value_and_grad(f, (0, 1), target=t)(*args)
+        vg = zyg.value_and_grad(f, (0, 1), target=t)
+        v, g = vg(*args)
         assert close(v, y, 1e-12, 1e-300), f"[{t}] value {v!r} != {y!r} for\n{src}at {args}"
         for i in (0, 1):
             assert close(g[i], fds[i], 1e-6, 1e-6 * max(1.0, abs(y))), (
                 f"[{t}] d/d{'xy'[i]} zyg={g[i]!r} fd={fds[i]!r} at {args} for\n{src}")
+        # forward against reverse, second order against first (tests/oracles.py)
+        oracles.check_more("scalar programs", f, args, (0, 1), g, y, t, vg, src,
+                           f" at {args} for\n{src}")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import zyg
 
+import oracles
+
 _DIR = tempfile.mkdtemp(prefix="zyg_prop_arr_")
 _COUNT = itertools.count()
 N = 5
@@ -122,12 +124,16 @@ def _check(src: str, target: str) -> None:
     for w1, w2 in zip(want1, want2):
         assume(np.allclose(w1, w2, rtol=1e-6, atol=1e-8))
     a0, b0 = a.copy(), b.copy()
-    val, (ga, gb, gx) = zyg.value_and_grad(f, argnums=(0, 1, 2), target=target)(a, b, x)
+    vg = zyg.value_and_grad(f, argnums=(0, 1, 2), target=target)
+    val, (ga, gb, gx) = vg(a, b, x)
     np.testing.assert_array_equal(a, a0, err_msg="a changed\n" + src)
     np.testing.assert_array_equal(b, b0, err_msg="b changed\n" + src)
     assert val == pytest.approx(f(a0.copy(), b0.copy(), x), rel=1e-12), src
     for g, w in zip((ga, gb, gx), want1):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7, err_msg=src)
+    # forward against reverse, second order against first (tests/oracles.py)
+    oracles.check_more("array programs", f, (a0, b0, x), (0, 1, 2), (ga, gb, gx), val, target,
+                       vg, src, "\n" + src)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

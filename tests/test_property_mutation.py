@@ -46,6 +46,8 @@ from hypothesis import HealthCheck, assume, event, given, settings, strategies a
 import zyg
 from zyg.errors import NoAdjoint, TypeMismatch, UnsupportedSyntax
 
+import oracles
+
 _DIR = tempfile.mkdtemp(prefix="zyg_prop_mut_")
 _COUNT = itertools.count()
 N = 5          # length of a, b and of the rows of m
@@ -438,8 +440,9 @@ def check(src: str, targets) -> None:
     for target in targets:
         keep = [np.copy(t) for t in args[:3]]
         call = [np.copy(t) for t in args[:3]] + [args[3]]
+        vg = zyg.value_and_grad(f, argnums=(0, 1, 2, 3), target=target)
         try:
-            val, grads = zyg.value_and_grad(f, argnums=(0, 1, 2, 3), target=target)(*call)
+            val, grads = vg(*call)
         except (UnsupportedSyntax, NoAdjoint, TypeMismatch) as ex:
             event(f"rejected by zyg: {type(ex).__name__}: {ex.msg[:60]}")
             assume(False)
@@ -449,6 +452,9 @@ def check(src: str, targets) -> None:
         for name, g, w in zip("abmx", grads, want1):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7,
                                        err_msg=f"[{target}] d/d{name}\n{src}")
+        # forward against reverse, second order against first (tests/oracles.py)
+        oracles.check_more("mutation programs", f, args, (0, 1, 2, 3), grads, y, target, vg,
+                           src, "\n" + src)
     event("checked")
 
 

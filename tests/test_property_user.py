@@ -44,6 +44,7 @@ from zyg.check import _Arg, _fd_column
 from zyg.errors import ZygError
 
 from test_property import UNARY, BINARY
+import oracles
 
 _EXAMPLES = int(os.environ.get("ZYG_PROPERTY_EXAMPLES", "0"))
 # every generated program runs on both targets, which are compared (issue 12, acceptance
@@ -262,6 +263,11 @@ def check_call(sc: Scenario, fn, grads: Dict, fresh: bool, where: str) -> None:
         if gp is not None:
             assert close(gp, gc, 1e-9, 1e-12 * scale), (f"{where}: targets disagree on d/d arg {i}: "
                                                         f"python {gp!r}, cpu {gc!r}{sc!r}")
+    if sc.alias is None:
+        # forward against reverse, second order against first (tests/oracles.py)
+        for t in sc.targets:
+            oracles.check_more("user scenarios", fn, sc.args, sc.argnums, got[t][1], y, t,
+                               grads[(id(fn), t)][1], sc.src + where, f" {where}{sc!r}")
     event("checked")
 
 
