@@ -1460,6 +1460,9 @@ class Lowerer:
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
             if set(kwargs) - {"dtype"}:
                 raise self.unsupported(node, f"np.{fn.__name__}(): only dtype= is supported")
+            from .lists import is_list
+            if fn is np.asarray and isinstance(arg, gast.Name) and is_list(self, arg.id):
+                fn = np.array       # a Python list is never the array's memory: a new array
             return self.emit(fn, [self.expr(arg)], node, hint, kwargs)
         if node.keywords:
             raise self.unsupported(node, f"np.{fn.__name__}() of a literal list takes no keywords here",
