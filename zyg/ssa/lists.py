@@ -23,8 +23,10 @@ tmp.append(e)``), lowered by the ordinary statement lowering.
 
 What a list cannot do here, with a message saying so: escape (``return out``,
 ``b = out`` aliasing), element assignment (``out[i] = v``), the other list methods
-(``extend``, ``pop``, ``insert`` ...), and growing inside a ``while`` loop when it is
-differentiated (the buffer then changes shape between iterations).
+(``extend``, ``pop``, ``insert`` ...), growing inside a ``while`` loop when it is
+differentiated (the buffer then changes shape between iterations), and writing into an
+appended array after the append or into a list element (``check_shared_arrays``: the
+buffer holds copies, where a Python list holds the arrays themselves).
 """
 from __future__ import annotations
 
