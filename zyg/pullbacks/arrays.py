@@ -373,8 +373,9 @@ class ArrayMixin:
             return
         if self.in_loop(blk.id):
             info["restore"] = f"_o{self.new_tmp()}"
-            self.stmt_pushes[blk.id].insert(0, (info["restore"], self.kind(v), -id(st)))
-            info["restore_first"] = True
+            # in statement order: the primal pushes it at the allocation, between the
+            # records of the statements before and after it, and the adjoint pops in reverse
+            self.stmt_pushes[blk.id].append((info["restore"], self.kind(v), id(st)))
 
     def new_tmp(self) -> int:
         self._ntmp = getattr(self, "_ntmp", 0) + 1

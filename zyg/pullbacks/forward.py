@@ -41,7 +41,7 @@ STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward.
 # numpy functions linear in their first (array) operand: the tangent is the same call
 _LINEAR = {np.sum, np.mean, np.transpose, np.reshape, np.ravel, np.copy, np.cumsum, np.real,
            np.imag, np.conj, np.conjugate, np.squeeze, np.expand_dims, np.flip, np.diag, np.trace,
-           np.ascontiguousarray}
+           np.ascontiguousarray, np.array, np.asarray}
 # bilinear in their two operands: the product rule
 _BILINEAR = {np.dot, np.matmul, operator.matmul, np.inner, np.outer, np.cross, np.kron}
 # linear in all their float operands jointly (the others are shapes and counts)
@@ -529,7 +529,8 @@ class Forward:
             rhs.append(zero_of(self.kind(p)) if isinstance(a, Undef) else self.src(a))
             if self.active(p):
                 lhs.append("t_" + var_name(p))
-                rhs.append(self.tz(a) if not is_array(self.kind(p)) or self.active(a)
+                rhs.append(zero_of(self.kind(p)) if isinstance(a, Undef)
+                           else self.tz(a) if not is_array(self.kind(p)) or self.active(a)
                            else f"np.zeros_like({self.src(a)})")
         if lhs:
             code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")

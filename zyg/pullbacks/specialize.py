@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import UnsupportedSyntax
 from ..rules.scalar import imag_part, real_part
-from ..ssa.analysis import is_array, kind_of_value
+from ..ssa.analysis import array_dtype, is_array, kind_of_value
 from ..ssa.ir import Branch, Call, Const, Function, Jump, Return, Stmt, Var
 from ..ssa.passes import _substitute, remove_trivial_params, verify
 from ..ssa.prims import Attr, CastLike, InPlace, MakeTuple
@@ -52,6 +52,9 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
                     kinds.get(getattr(e.args[0], "id", None), "") in ("float", "complex", "int", "bool"):
                 # z.real of a number: a call with a scalar rule (docs/complex.md)
                 fnc = real_part if fnc.attr == "real" else imag_part
+            if _same_array(fnc, e, kinds):
+                alias[st.var.id] = e.args[0]       # np.asarray(a) is a: one memory, one name
+                continue
             args = list(e.args)
             if isinstance(fnc, CastLike):
                 fnc, args = _cast(st, kinds)
@@ -80,6 +83,23 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
         remove_trivial_params(out)
         verify(out, "specialize")
     return out
+
+
+def _same_array(fnc: Any, e: Call, kinds: Dict[int, str]) -> bool:
+    """``np.asarray(a)`` (or ``np.asarray(a, dtype=...)`` of a's own dtype) of an array
+    returns ``a`` itself, so that a write through either name is seen through the other."""
+    if fnc is not np.asarray or len(e.args) != 1 or not isinstance(e.args[0], Var):
+        return False
+    k = kinds.get(e.args[0].id, "")
+    if not is_array(k) or set(e.kwargs) - {"dtype"}:
+        return False
+    if "dtype" in e.kwargs:
+        d = e.kwargs["dtype"]
+        try:
+            return isinstance(d, Const) and np.dtype(d.value) == np.dtype(array_dtype(k))
+        except TypeError:
+            return False
+    return True
 
 
 # reductions that are the identity on one number (np.nansum is not: nansum(nan) is 0)

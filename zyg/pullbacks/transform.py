@@ -37,6 +37,7 @@ from .structured import StructuredMixin
 from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
                         Def, Else, For, Grow, If, Line, Namespace, NoRoom, Peek, Pop, RoomCheck,
                         StackInit, Store, Want, While, const_src, if_chain, var_name)
+from ..ssa.lists import check_shared_arrays
 from ..ssa.ir import Branch, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
@@ -172,8 +173,10 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Pla
         # the returned tuple is not differentiated as a value: its leaves are seeded
         ret_parts = next(st.expr.args for st in ret.stmts if st.var is rv)
         act.discard(rv.id)
+    aliases = Aliases(fn, kinds)
+    check_shared_arrays(fn, kinds, aliases)      # writes into arrays that a list holds
     return Plan(fn, kinds, act, wrt, loops_of_blocks(fn, loops), fn.predecessors(), defblock, backend,
-                loops, Aliases(fn, kinds), rk, flat, ret_parts)
+                loops, aliases, rk, flat, ret_parts)
 
 
 INIT_CHAIN = True     # starts of chained inner counters recomputed backwards (Emitter.init_chains)

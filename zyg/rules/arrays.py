@@ -472,7 +472,7 @@ def _stacked(fn) -> ARule:
 
 NONDIFF_ARRAY = [np.zeros, np.ones, np.empty, np.zeros_like, np.ones_like, np.empty_like,
                  np.arange, np.shape, np.size, np.ndim, np.argsort, np.sign, np.isclose,
-                 np.searchsorted]
+                 np.searchsorted, np.eye, np.identity]
 for _f in NONDIFF_ARRAY:
     nondifferentiable(_f)
 

@@ -107,6 +107,16 @@ class ListPush(Prim):
         push = em.ns.ref(list_push, "_zyg_list_push")
         return f"{push}({args[0]}, {args[1]}, {args[2]}, {args[3]})"
 
+    def tangent_src(self, em, st, args: List[str]) -> str:
+        """Forward mode: the push is linear in the buffer and the element, so the tangent
+        list is the same push of their tangents into the tangent buffer."""
+        buf, v = st.expr.args[0], st.expr.args[2]
+        targs = list(args)
+        if isinstance(buf, Var):
+            targs[0] = em.tz(buf)
+        targs[2] = em.tz(v)
+        return self.primal_src(em, st, targs)
+
     def array_rule(self, em, st, active_ops: List[int]):
         if self.unbounded:
             # the buffer would grow between iterations, and a differentiated array keeps

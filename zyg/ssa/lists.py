@@ -23,8 +23,10 @@ tmp.append(e)``), lowered by the ordinary statement lowering.
 
 What a list cannot do here, with a message saying so: escape (``return out``,
 ``b = out`` aliasing), element assignment (``out[i] = v``), the other list methods
-(``extend``, ``pop``, ``insert`` ...), and growing inside a ``while`` loop when it is
-differentiated (the buffer then changes shape between iterations).
+(``extend``, ``pop``, ``insert`` ...), growing inside a ``while`` loop when it is
+differentiated (the buffer then changes shape between iterations), and writing into an
+appended array after the append or into a list element (``check_shared_arrays``: the
+buffer holds copies, where a Python list holds the arrays themselves).
 """
 from __future__ import annotations
 
@@ -286,3 +288,122 @@ def sequence(low, node) -> Operand:
             low.static_value(node.func) is builtins.range:
         return low.emit(np.arange, [low.expr(a) for a in node.args], node)
     return low.expr(node)
+
+
+# -- arrays shared with a list ----------------------------------------------------------
+def check_shared_arrays(fn, kinds, al) -> None:
+    """A Python list holds its arrays themselves; zyg's list buffer holds copies of them.
+    The two agree as long as nothing writes into an appended array (or a view of it, or
+    its base) after the append, and nothing writes into the list's elements.  Raise
+    ``UnsupportedSyntax`` at such a write instead of giving the copy's value.
+
+    A write is "after" the append when the CFG reaches it from the append without passing
+    again the allocation of the appended array: an array made anew in each iteration
+    (``row = np.zeros(n); row[0] = v; out.append(row)``) is a new object the next time
+    round.  That cut holds only when the alias class has one allocation and no parameter
+    (of the function or of a block), so that each of its members is a view of the newest
+    allocation."""
+    from ..errors import UnsupportedSyntax
+    from .analysis import is_array
+    from .ir import Var
+    from .prims import InPlace, SetItem
+    push_cls = hooks.PRIMS.get("list.append")
+    if push_cls is None:
+        return
+    arr = lambda v: isinstance(v, Var) and is_array(kinds.get(v.id, ""))
+    pushes = []
+    writes = []                 # (block id, index, stmt, written var)
+    for blk in fn.iter_blocks():
+        for k, st in enumerate(blk.stmts):
+            e = st.expr
+            if isinstance(e.fn, push_cls):
+                pushes.append((blk.id, k, st))
+            elif isinstance(e.fn, (SetItem, InPlace)) and e.args and arr(e.args[0]):
+                writes.append((blk.id, k, st, e.args[0]))
+    if not pushes or not writes:
+        return
+
+    def where(st):
+        loc = st.loc
+        return (loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None)
+
+    # writes into the buffer of a list: into an element of the list
+    bufs = {al.find(st.var.id) for _, _, st in pushes if st.var is not None and st.var.id in al.parent}
+    for _, _, st, v in writes:
+        if v.id in al.parent and al.find(v.id) in bufs:
+            name = next(p.expr.fn.list_name for _, _, p in pushes
+                        if p.var is not None and al.find(p.var.id) == al.find(v.id))
+            name = "a list" if name.startswith("_zyg_list") else f"the list {name!r}"
+            raise UnsupportedSyntax(
+                f"writing into an element of {name} is not supported: in Python the "
+                "element is the appended array itself, which zyg's lists do not share", *where(st),
+                hint="write into the array before appending it, or make a new array and append that")
+
+    params = {p.id for b in fn.iter_blocks() for p in b.params} | {p.id for p in fn.params}
+    defs = {}
+    for blk in fn.iter_blocks():
+        for k, st in enumerate(blk.stmts):
+            if st.var is not None:
+                defs[st.var.id] = (blk.id, k, st)
+
+    def alloc_of(root):
+        """The one statement that allocates the class's memory, or None."""
+        made = None
+        for m in al.members(root):
+            if m in params or m not in defs:
+                return None
+            if m in al.view_of:
+                continue
+            if made is not None:
+                return None
+            made = defs[m]
+        return made
+
+    for pb, pk, pst in pushes:
+        v = pst.expr.args[2]
+        if not arr(v) or v.id not in al.parent:
+            continue
+        root = al.find(v.id)
+        mine = [(b, k, st) for b, k, st, w in writes if w.id in al.parent and al.find(w.id) == root]
+        if not mine:
+            continue
+        alloc = alloc_of(root)
+        cut = (alloc[0], alloc[1]) if alloc is not None else None
+        hit = {(b, k): st for b, k, st in mine}
+
+        def scan(b, start):
+            """The first write reached in block ``b`` from ``start`` on, or True at the
+            allocation (the path ends), or None (the path goes on to the successors)."""
+            for k in range(start, len(fn.blocks[b].stmts)):
+                if (b, k) == cut:
+                    return True
+                if (b, k) in hit:
+                    return hit[(b, k)]
+            return None
+
+        found = scan(pb, pk + 1)
+        seen = set()
+        work = [] if found is not None else [t for t, _ in fn.blocks[pb].term.successors()]
+        while found is None and work:
+            b = work.pop()
+            if b in seen:
+                continue
+            seen.add(b)
+            r = scan(b, 0)
+            if r is True:
+                continue
+            if r is not None:
+                found = r
+                break
+            work.extend(t for t, _ in fn.blocks[b].term.successors())
+        if found is None or found is True:
+            continue
+        name = pst.expr.fn.list_name
+        name = "a list" if name.startswith("_zyg_list") else f"the list {name!r}"
+        line = pst.loc.lineno if pst.loc else "?"
+        raise UnsupportedSyntax(
+            f"this writes into an array that was appended to {name} (line {line}): a "
+            "Python list holds the array itself and would see the write, but zyg's lists hold "
+            "a copy made at the append", *where(found),
+            hint="append a copy (out.append(a.copy())) and keep writing into 'a', or finish "
+                 "writing into the array before appending it")

@@ -1412,6 +1412,13 @@ class Lowerer:
         if fn is np.array or fn is np.asarray:
             return self.array_literal(fn, node, hint)
         if fn in STACKED_FNS:
+            from .lists import is_list
+            if fn is np.stack and len(node.args) == 1 and isinstance(node.args[0], gast.Name) and \
+                    is_list(self, node.args[0].id) and \
+                    all(k.arg == "axis" and isinstance(k.value, gast.Constant) and k.value.value == 0
+                        for k in node.keywords):
+                # np.stack(out) of a list along the first axis: the elements' new array
+                return self.emit(np.array, [self.expr(node.args[0])], node, hint)
             if not node.args or not isinstance(node.args[0], (gast.List, gast.Tuple)):
                 raise self.unsupported(node, f"np.{fn.__name__}() is supported on a literal tuple of arrays",
                                        f"np.{fn.__name__}((a, b))")
@@ -1460,6 +1467,9 @@ class Lowerer:
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
             if set(kwargs) - {"dtype"}:
                 raise self.unsupported(node, f"np.{fn.__name__}(): only dtype= is supported")
+            from .lists import is_list
+            if fn is np.asarray and isinstance(arg, gast.Name) and is_list(self, arg.id):
+                fn = np.array       # a Python list is never the array's memory: a new array
             return self.emit(fn, [self.expr(arg)], node, hint, kwargs)
         if node.keywords:
             raise self.unsupported(node, f"np.{fn.__name__}() of a literal list takes no keywords here",
