@@ -124,3 +124,96 @@ def lower_reduction(low, fn, node, hint: str) -> Operand:
         low.write(first, low.cur, Const(True))
     low.stmts(body)
     return low.read(acc, low.cur)
+
+
+# --- output arguments: np.add(x, y, c), np.exp(b, out=b), np.cumsum(x, out=c) ---------------
+# the ufunc keywords that change what is computed or where: zyg models none of them
+_UFUNC_KEYWORDS = ("where", "casting", "order", "dtype", "subok", "signature", "axes", "axis",
+                   "keepdims", "extobj")
+
+
+def _out_position(fn):
+    """(position of the ``out`` parameter or None when it is keyword-only, casting) of a
+    numpy function with one; None for other callees."""
+    import inspect
+    import numpy as np
+    if isinstance(fn, np.ufunc):
+        return fn.nin, "same_kind"
+    if fn is np.dot:
+        return 2, "equiv"           # numpy: the exact dtype of the result, or ValueError
+    mod = getattr(fn, "__module__", None) or ""
+    if not (mod == "numpy" or mod.startswith(("numpy.", "scipy."))):
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for k, p in enumerate(params):
+        if p.name == "out":
+            pos = k if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None
+            return pos, "unsafe"     # reductions, cumsum, round: "cast if necessary"
+    return None
+
+
+def _is_none(n) -> bool:
+    return isinstance(n, gast.Constant) and n.value is None
+
+
+def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operand]:
+    """A call of a numpy function with an output argument, ``f(x, y, c)`` or
+    ``f(x, y, out=c)`` (or ``out=(c,)``): the write ``c[...] = f(x, y)``, whose value is
+    ``c`` itself (the same array: ``r = np.exp(b, b)`` makes ``r`` another name of ``b``).
+    The write broadcasts and casts as numpy's does; the casting numpy refuses
+    (``same_kind`` for ufuncs) is refused by the kind check. None when the call has no
+    output argument. ``method``: the numpy function of a method call ``a.sum(out=c)``
+    (its receiver is the function's first parameter)."""
+    info = _out_position(method if method is not None else fn)
+    if info is None:
+        return None
+    pos, casting = info
+    if method is not None and pos is not None:
+        pos -= 1
+    import numpy as np
+    f = method if method is not None else fn
+    what = f"np.{getattr(f, '__name__', 'function')}()"
+    args, kws = list(node.args), [k for k in node.keywords]
+    outs = []
+    if pos is not None and len(args) > pos:
+        outs = args[pos:]
+        if not isinstance(f, np.ufunc) and len(outs) > 1:
+            raise low.unsupported(node, f"{what}: arguments after the output argument are not supported",
+                                  "pass them as keywords")
+        args = args[:pos]
+    for k in kws:
+        if k.arg == "out":
+            if outs:
+                raise low.unsupported(node, f"{what} got the output argument twice")
+            outs = list(k.value.elts) if isinstance(k.value, gast.Tuple) else [k.value]
+    if isinstance(f, np.ufunc):
+        for k in kws:
+            if k.arg in _UFUNC_KEYWORDS:
+                raise low.unsupported(node, f"{what}: the keyword {k.arg}= is not supported",
+                                      "compute the value without it (np.where(m, f(x), old) for where=)")
+    had_out = any(k.arg == "out" for k in kws) or len(args) != len(node.args)
+    if not had_out:
+        return None
+    kws = [k for k in kws if k.arg != "out"]
+    if all(_is_none(o) for o in outs):
+        outs = []
+    nout = getattr(f, "nout", 1)
+    if outs and (nout != 1 or len(outs) != 1):
+        raise low.unsupported(node, f"{what} with output arguments: only functions with one output "
+                                    "are supported", "assign the results instead of passing out=")
+    if not outs:
+        call = gast.Call(func=node.func, args=args, keywords=kws)
+        gast.copy_location(call, node)
+        return low.expr(call, hint)
+    from .ir import Call, Stmt
+    from .prims import SetItem
+    call = gast.Call(func=node.func, args=args, keywords=kws)
+    gast.copy_location(call, node)
+    value = low.expr(call, hint)
+    out = low.expr(outs[0])
+    low.blocks[low.cur].stmts.append(
+        Stmt(None, Call(SetItem(("e",), what, casting), [out, value]), low.src.loc(node)))
+    return out
