@@ -105,6 +105,10 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
                 _check_out(e.fn, k, kinds.get(e.args[-1].id, "undef") if isinstance(e.args[-1], Var)
                            else const_kind(e.args[-1]), lambda msg, hint=None: bad(st, msg, hint))
                 continue
+            if is_array(k) and isinstance(e.fn, SetItem) and array_ndim(k) == 0:
+                # the adjoint of a write into a 0-d array loses the cotangent (a zero gradient)
+                raise bad(st, "writing into a 0-d array is not supported",
+                          "use an array of shape (1,), or a number")
             if is_array(k):
                 continue
             if is_tuple(k) and isinstance(e.fn, GetItem) and e.fn.spec == ("i",) and \
@@ -138,6 +142,9 @@ def _check_out(fn, out_kind: str, value_kind: str, bad) -> None:
     else:
         raise bad(f"{fn.out_of}: a {value_kind} result cannot be written into an array")
     ot, ond = np.dtype(array_dtype(out_kind)), array_ndim(out_kind)
+    if ond == 0:
+        raise bad(f"{fn.out_of}: a 0-d output argument is not supported",
+                  "assign the result (a number)")
     if vnd > ond or (fn.casting == "equiv" and vnd != ond):
         raise bad(f"{fn.out_of}: the result has {vnd} dimensions, the output argument {ond}",
                   "the output argument must have the shape of the result")
