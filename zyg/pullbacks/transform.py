@@ -86,6 +86,17 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
     for blk in fn.iter_blocks():
         for st in blk.stmts:
             e = st.expr
+            if st.var is not None and kinds.get(st.var.id) == "none" and _numpy_callee(e.fn) and any(
+                    is_array(kinds.get(a.id, "undef")) for a in list(e.args) + list(e.kwargs.values())
+                    if isinstance(a, Var)):
+                # np.put, np.fill_diagonal, np.add.at...: numpy functions that return None write
+                # into an argument, which would be differentiated as if nothing were written
+                from ..errors import UnsupportedSyntax
+                loc = st.loc
+                raise UnsupportedSyntax(
+                    f"{callee_name(e.fn)}() writes into its array argument, which zyg does not model",
+                    loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                    hint="write with indexing (a[idx] = v, a[mask] = v) or np.copyto(a, v)")
             if not isinstance(e.fn, (GetItem, SetItem, Attr)) or not e.args:
                 continue
             base = e.args[0]
@@ -124,6 +135,16 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
                       "index numpy arrays (a[i], a[i, j], a[lo:hi]) or tuples with constants (t[0])")
 
 
+def _numpy_callee(fn) -> bool:
+    """A function of numpy or scipy, or a method of a ufunc or of a numpy random generator."""
+    own = getattr(fn, "__self__", None)
+    if isinstance(own, np.ufunc):
+        return True
+    mods = (getattr(fn, "__module__", None) or "", getattr(type(own), "__module__", "") if own is not None
+            else "")
+    return isinstance(fn, np.ufunc) or any(m == "numpy" or m.startswith(("numpy.", "scipy.")) for m in mods)
+
+
 _SCALAR_DTYPES = {"float": np.float64, "int": np.int64, "bool": np.bool_, "complex": np.complex128}
 
 
@@ -145,7 +166,9 @@ def _check_out(fn, out_kind: str, value_kind: str, bad) -> None:
     if ond == 0:
         raise bad(f"{fn.out_of}: a 0-d output argument is not supported",
                   "assign the result (a number)")
-    if vnd > ond or (fn.casting == "equiv" and vnd != ond):
+    # ufuncs broadcast their result into the output argument; reductions, np.cumsum, np.dot
+    # and the others want the result's shape
+    if vnd > ond or (not fn.broadcast and vnd != ond):
         raise bad(f"{fn.out_of}: the result has {vnd} dimensions, the output argument {ond}",
                   "the output argument must have the shape of the result")
     if not np.can_cast(vt, ot, fn.casting):

@@ -141,6 +141,8 @@ def _out_position(fn):
         return fn.nin, "same_kind"
     if fn is np.dot:
         return 2, "equiv"           # numpy: the exact dtype of the result, or ValueError
+    if fn is np.clip:
+        return 3, "same_kind"       # numpy's clip is a ufunc
     mod = getattr(fn, "__module__", None) or ""
     if not (mod == "numpy" or mod.startswith(("numpy.", "scipy."))):
         return None
@@ -215,5 +217,40 @@ def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operan
     value = low.expr(call, hint)
     out = low.expr(outs[0])
     low.blocks[low.cur].stmts.append(
-        Stmt(None, Call(SetItem(("e",), what, casting), [out, value]), low.src.loc(node)))
+        Stmt(None, Call(SetItem(("e",), what, casting, casting == "same_kind"), [out, value]),
+             low.src.loc(node)))
     return out
+
+
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def lower_copyto(low, node) -> Operand:
+    """``np.copyto(dst, src)`` (``casting=`` a constant, ``where=`` refused): the write
+    ``dst[...] = src``, broadcast and cast as numpy's; the call's value is None."""
+    from .ir import Call, Stmt
+    from .prims import SetItem
+    names = ("dst", "src", "casting", "where")
+    if len(node.args) > len(names) or any(k.arg not in names for k in node.keywords):
+        raise low.unsupported(node, "np.copyto() takes dst, src, casting= and where=")
+    got = dict(zip(names, node.args))
+    got.update({k.arg: k.value for k in node.keywords})
+    if "dst" not in got or "src" not in got:
+        raise low.unsupported(node, "np.copyto() needs dst and src")
+    where = got.get("where")
+    if where is not None and not (isinstance(where, gast.Constant) and where.value is True):
+        raise low.unsupported(node, "np.copyto(): where= is not supported",
+                              "dst[...] = np.where(mask, src, dst)")
+    casting = got.get("casting")
+    if casting is None:
+        casting = "same_kind"
+    elif isinstance(casting, gast.Constant) and casting.value in _CASTINGS:
+        casting = casting.value
+    else:
+        raise low.unsupported(node, f"np.copyto(): casting= must be one of {', '.join(_CASTINGS)}, "
+                                    "written as a constant")
+    dst = low.expr(got["dst"])
+    src = low.expr(got["src"])
+    low.blocks[low.cur].stmts.append(
+        Stmt(None, Call(SetItem(("e",), "np.copyto()", casting, True), [dst, src]), low.src.loc(node)))
+    return Const(None)

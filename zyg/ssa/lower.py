@@ -1351,6 +1351,9 @@ class Lowerer:
             # np.add(a, b, a): the in-place update of generated code (a += b)
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        if fn is np.copyto:
+            from .desugar import lower_copyto
+            return lower_copyto(self, node)
         if fn is not None or (isinstance(node.func, gast.Attribute) and node.func.attr in _METHODS):
             # np.add(x, y, c), np.exp(b, out=b), a.sum(out=c): c[...] = f(x, y), valued c
             from .desugar import lower_out_argument
