@@ -140,6 +140,85 @@ def test_same_name_inplace_out():
     assert np.allclose(gx, 6.0 * X0) and np.allclose(gy, 6.0 * X0)
 
 
+def copyto_fn(x):
+    c = np.zeros((2, 3))
+    r = np.copyto(c, x * 2.0)           # broadcast into c; the value is None
+    np.copyto(c[1], np.sin(x), casting="same_kind")
+    return np.sum(c * c) + (1.0 if r is None else 0.0)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_copyto(target):
+    x = X0.copy()
+    v, g = zyg.value_and_grad(copyto_fn, target=target)(x)
+    assert np.isclose(v, copyto_fn(X0.copy()), rtol=1e-14) and np.array_equal(x, X0)
+    assert np.allclose(g, 8.0 * X0 + 2.0 * np.sin(X0) * np.cos(X0), rtol=1e-12)
+
+
+def fill_diag(x):
+    c = np.zeros((3, 3))
+    np.fill_diagonal(c, x[0])
+    return np.sum(c * c)
+
+
+def put_fn(x):
+    c = x * 1.0
+    np.put(c, IDX, x[1:2])
+    return np.sum(c * c)
+
+
+def putmask_fn(x):
+    c = x * 1.0
+    np.putmask(c, x > 1.5, x * 3.0)
+    return np.sum(c * c)
+
+
+def ufunc_at(x):
+    c = x * 1.0
+    np.add.at(c, IDX, x[1])
+    return np.sum(c * c)
+
+
+def copyto_int(x):
+    c = np.zeros(3, dtype=np.int64)
+    np.copyto(c, x)
+    return np.sum(x * c)
+
+
+def copyto_where(x):
+    c = np.zeros(3)
+    np.copyto(c, x, where=x > 1.0)
+    return np.sum(c)
+
+
+IDX = np.array([0])
+
+
+def test_nan_to_num_copy_false_and_flatten():
+    def n2n(x):
+        c = np.ones(3)
+        r = np.nan_to_num(c, copy=False)    # r is c
+        r[0] = 4.0
+        return np.sum(c * x)
+
+    def flat(x):
+        b = x.flatten()                     # a copy: the write leaves x alone
+        b[0] = 5.0
+        return np.sum(x * x) + np.sum(b * x)
+
+    for f in (n2n, flat):
+        v, g = zyg.value_and_grad(f, target="python")(X0.copy())
+        assert np.isclose(v, f(X0.copy()), rtol=1e-14)
+        assert np.allclose(g, fd_array(f, X0), rtol=1e-6)
+
+    def n2n_active(x):
+        c = x * 1.0
+        np.nan_to_num(c, copy=False)
+        return np.sum(c * x)
+    with pytest.raises(zyg.NoAdjoint, match="nan_to_num"):
+        zyg.grad(n2n_active, target="python")(X0.copy())
+
+
 def where_kw(x):
     np.exp(x, out=x, where=x > 1.0)
     return np.sum(x)
@@ -202,6 +281,12 @@ def zero_d_write(x):
     (more_dims, zyg.TypeMismatch, "2 dimensions"),
     (zero_d_out, zyg.TypeMismatch, "0-d"),
     (zero_d_write, zyg.TypeMismatch, "0-d"),
+    (fill_diag, zyg.UnsupportedSyntax, "writes into its array argument"),
+    (put_fn, zyg.UnsupportedSyntax, "writes into its array argument"),
+    (putmask_fn, zyg.UnsupportedSyntax, "writes into its array argument"),
+    (ufunc_at, zyg.UnsupportedSyntax, "writes into its array argument"),
+    (copyto_int, zyg.TypeMismatch, "int64 output"),
+    (copyto_where, zyg.UnsupportedSyntax, "where="),
 ], ids=lambda v: getattr(v, "__name__", "")[:20])
 def test_out_argument_refused(f, err, words):
     with pytest.raises(err) as ei:

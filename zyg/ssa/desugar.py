@@ -169,6 +169,9 @@ def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operan
     (``same_kind`` for ufuncs) is refused by the kind check. None when the call has no
     output argument. ``method``: the numpy function of a method call ``a.sum(out=c)``
     (its receiver is the function's first parameter)."""
+    import numpy as np
+    if fn is np.nan_to_num:
+        return _nan_to_num(low, node, hint)
     info = _out_position(method if method is not None else fn)
     if info is None:
         return None
@@ -218,6 +221,33 @@ def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operan
     out = low.expr(outs[0])
     low.blocks[low.cur].stmts.append(
         Stmt(None, Call(SetItem(("e",), what, casting, casting == "same_kind"), [out, value]),
+             low.src.loc(node)))
+    return out
+
+
+def _nan_to_num(low, node, hint: str) -> Optional[Operand]:
+    """``np.nan_to_num(x, copy=False)`` replaces in ``x`` and returns ``x``: ``x`` is its
+    output argument. ``copy=True`` (the default) is the plain call."""
+    copy = node.args[1] if len(node.args) > 1 else next(
+        (k.value for k in node.keywords if k.arg == "copy"), None)
+    if copy is None:
+        return None
+    if not (isinstance(copy, gast.Constant) and isinstance(copy.value, bool)):
+        raise low.unsupported(node, "np.nan_to_num(): copy= must be a constant True or False")
+    if len(node.args) > 2 or not node.args:
+        raise low.unsupported(node, "np.nan_to_num(): pass x positionally, and nan=, posinf= and "
+                                    "neginf= as keywords")
+    call = gast.Call(func=node.func, args=node.args[:1],
+                     keywords=[k for k in node.keywords if k.arg != "copy"])
+    gast.copy_location(call, node)
+    value = low.expr(call, hint)
+    if copy.value:
+        return value
+    from .ir import Call, Stmt
+    from .prims import SetItem
+    out = low.expr(node.args[0])
+    low.blocks[low.cur].stmts.append(
+        Stmt(None, Call(SetItem(("e",), "np.nan_to_num()", "unsafe", False), [out, value]),
              low.src.loc(node)))
     return out
 

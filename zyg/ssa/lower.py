@@ -1407,7 +1407,9 @@ class Lowerer:
                 args = [self.emit(MakeTuple(), args, node)]
             elif meth is np.transpose and args:
                 raise self.unsupported(node, "transpose() with axes is not supported", "use a.T")
-            return self.emit(meth, [base] + args, node, hint, kwargs)
+            r = self.emit(meth, [base] + args, node, hint, kwargs)
+            # a.flatten() is a copy (np.ravel's result may be a view of a)
+            return self.emit(np.copy, [r], node, hint) if node.func.attr == "flatten" else r
         if fn is None and isinstance(node.func, gast.Call) and \
                 self.static_value(node.func.func) is builtins.type:
             # type(x)(v): a cast to x's type, resolved when the kinds are known (specialize.py)
