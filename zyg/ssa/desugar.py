@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import builtins
 import copy
+import inspect
 import itertools
 from typing import Dict, Optional
 
 import gast
+import numpy as np
 
-from .ir import Const, Operand
+from .ir import Call, Const, Operand, Stmt
+from .prims import SetItem
 
 _COUNT = itertools.count()
 REDUCERS = (builtins.sum, builtins.min, builtins.max)
@@ -135,8 +138,6 @@ _UFUNC_KEYWORDS = ("where", "casting", "order", "dtype", "subok", "signature", "
 def _out_position(fn):
     """(position of the ``out`` parameter or None when it is keyword-only, casting) of a
     numpy function with one; None for other callees."""
-    import inspect
-    import numpy as np
     if isinstance(fn, np.ufunc):
         return fn.nin, "same_kind"
     if fn is np.dot:
@@ -169,7 +170,6 @@ def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operan
     (``same_kind`` for ufuncs) is refused by the kind check. None when the call has no
     output argument. ``method``: the numpy function of a method call ``a.sum(out=c)``
     (its receiver is the function's first parameter)."""
-    import numpy as np
     if fn is np.nan_to_num:
         return _nan_to_num(low, node, hint)
     info = _out_position(method if method is not None else fn)
@@ -178,9 +178,9 @@ def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operan
     pos, casting = info
     if method is not None and pos is not None:
         pos -= 1
-    import numpy as np
     f = method if method is not None else fn
-    what = f"np.{getattr(f, '__name__', 'function')}()"
+    mod = getattr(f, "__module__", None) or "numpy"
+    what = f"{'np' if mod.startswith('numpy') else mod}.{getattr(f, '__name__', 'function')}()"
     args, kws = list(node.args), [k for k in node.keywords]
     outs = []
     if pos is not None and len(args) > pos:
@@ -209,19 +209,21 @@ def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operan
     if outs and (nout != 1 or len(outs) != 1):
         raise low.unsupported(node, f"{what} with output arguments: only functions with one output "
                                     "are supported", "assign the results instead of passing out=")
-    if not outs:
-        call = gast.Call(func=node.func, args=args, keywords=kws)
-        gast.copy_location(call, node)
-        return low.expr(call, hint)
-    from .ir import Call, Stmt
-    from .prims import SetItem
     call = gast.Call(func=node.func, args=args, keywords=kws)
     gast.copy_location(call, node)
     value = low.expr(call, hint)
-    out = low.expr(outs[0])
+    if not outs:
+        return value
+    # ufuncs (and np.clip, one in numpy) broadcast their result into the output argument
+    return _write_out(low, node, outs[0], value, what, casting, casting == "same_kind")
+
+
+def _write_out(low, node, out_node, value: Operand, what: str, casting: str, broadcast: bool) -> Operand:
+    """``out[...] = value`` (``what``: the call, for the kind check's messages); its value
+    is the output argument itself."""
+    out = low.expr(out_node)
     low.blocks[low.cur].stmts.append(
-        Stmt(None, Call(SetItem(("e",), what, casting, casting == "same_kind"), [out, value]),
-             low.src.loc(node)))
+        Stmt(None, Call(SetItem(("e",), what, casting, broadcast), [out, value]), low.src.loc(node)))
     return out
 
 
@@ -241,15 +243,8 @@ def _nan_to_num(low, node, hint: str) -> Optional[Operand]:
                      keywords=[k for k in node.keywords if k.arg != "copy"])
     gast.copy_location(call, node)
     value = low.expr(call, hint)
-    if copy.value:
-        return value
-    from .ir import Call, Stmt
-    from .prims import SetItem
-    out = low.expr(node.args[0])
-    low.blocks[low.cur].stmts.append(
-        Stmt(None, Call(SetItem(("e",), "np.nan_to_num()", "unsafe", False), [out, value]),
-             low.src.loc(node)))
-    return out
+    return value if copy.value else _write_out(low, node, node.args[0], value, "np.nan_to_num()",
+                                               "unsafe", False)
 
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
@@ -258,8 +253,6 @@ _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 def lower_copyto(low, node) -> Operand:
     """``np.copyto(dst, src)`` (``casting=`` a constant, ``where=`` refused): the write
     ``dst[...] = src``, broadcast and cast as numpy's; the call's value is None."""
-    from .ir import Call, Stmt
-    from .prims import SetItem
     names = ("dst", "src", "casting", "where")
     if len(node.args) > len(names) or any(k.arg not in names for k in node.keywords):
         raise low.unsupported(node, "np.copyto() takes dst, src, casting= and where=")
@@ -279,8 +272,6 @@ def lower_copyto(low, node) -> Operand:
     else:
         raise low.unsupported(node, f"np.copyto(): casting= must be one of {', '.join(_CASTINGS)}, "
                                     "written as a constant")
-    dst = low.expr(got["dst"])
     src = low.expr(got["src"])
-    low.blocks[low.cur].stmts.append(
-        Stmt(None, Call(SetItem(("e",), "np.copyto()", casting, True), [dst, src]), low.src.loc(node)))
+    _write_out(low, node, got["dst"], src, "np.copyto()", casting, True)
     return Const(None)
