@@ -81,7 +81,20 @@ def float32_out(x):
     return np.sum(c * x)
 
 
-OUT_FNS = [add_pos, exp_self, tanh_arg, mul_kw_value, dot_cumsum_clip, matmul_tuple_view_bcast]
+def loop_2d(x):
+    c = x * 1.0
+    for t in range(3):              # the same output written again: each write is rewound
+        np.multiply(c, x, c)
+        np.sin(c, out=c)
+    A = np.outer(c, x)
+    B = np.empty((3, 3))
+    np.add(A, A.T, B)
+    s = np.zeros(3)
+    B.sum(axis=0, out=s)
+    return np.sum(s * c)
+
+
+OUT_FNS = [add_pos, exp_self, tanh_arg, mul_kw_value, dot_cumsum_clip, matmul_tuple_view_bcast, loop_2d]
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -153,6 +166,8 @@ def test_copyto(target):
     v, g = zyg.value_and_grad(copyto_fn, target=target)(x)
     assert np.isclose(v, copyto_fn(X0.copy()), rtol=1e-14) and np.array_equal(x, X0)
     assert np.allclose(g, 8.0 * X0 + 2.0 * np.sin(X0) * np.cos(X0), rtol=1e-12)
+    y, t = zyg.jvp(copyto_fn, (x,), (V,), target=target)
+    assert np.isclose(y, v, rtol=1e-14) and np.isclose(t, g @ V, rtol=1e-12)
 
 
 def fill_diag(x):
