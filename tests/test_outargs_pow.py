@@ -209,6 +209,22 @@ def copyto_where(x):
 IDX = np.array([0])
 
 
+def test_ufunc_method_out():
+    def acc(x):
+        c = np.zeros(3)
+        r = np.maximum.accumulate(x * x[0] - x[::-1] * 0.1, out=c)
+        return np.sum(c * r * x)
+    g = zyg.grad(acc, target="python")(X0.copy())
+    assert np.allclose(g, fd_array(acc, X0), rtol=1e-6)
+
+    def red(x):                     # was a zero gradient: now the missing rule is reported
+        c = np.zeros(3)
+        np.add.reduce(np.outer(x, x), axis=0, out=c)
+        return np.sum(c * c)
+    with pytest.raises(zyg.NoAdjoint, match="reduce"):
+        zyg.grad(red, target="python")(X0.copy())
+
+
 def test_nan_to_num_copy_false_and_flatten():
     def n2n(x):
         c = np.ones(3)

@@ -140,6 +140,11 @@ def _out_position(fn):
     numpy function with one; None for other callees."""
     if isinstance(fn, np.ufunc):
         return fn.nin, "same_kind"
+    if isinstance(getattr(fn, "__self__", None), np.ufunc):
+        # np.add.reduce(a, axis, dtype, out), accumulate, reduceat(a, indices, axis, dtype, out):
+        # "cast if necessary"; outer(a, b, out=c): a ufunc call
+        return {"reduce": (3, "unsafe"), "accumulate": (3, "unsafe"), "reduceat": (4, "unsafe"),
+                "outer": (None, "same_kind")}.get(fn.__name__)
     if fn is np.dot:
         return 2, "equiv"           # numpy: the exact dtype of the result, or ValueError
     if fn is np.clip:
@@ -180,7 +185,10 @@ def lower_out_argument(low, fn, node, hint: str, method=None) -> Optional[Operan
         pos -= 1
     f = method if method is not None else fn
     mod = getattr(f, "__module__", None) or "numpy"
-    what = f"{'np' if mod.startswith('numpy') else mod}.{getattr(f, '__name__', 'function')}()"
+    name = getattr(f, "__name__", "function")
+    if isinstance(getattr(f, "__self__", None), np.ufunc):
+        name = f"{f.__self__.__name__}.{name}"
+    what = f"{'np' if mod.startswith('numpy') else mod}.{name}()"
     args, kws = list(node.args), [k for k in node.keywords]
     outs = []
     if pos is not None and len(args) > pos:
