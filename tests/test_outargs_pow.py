@@ -337,6 +337,14 @@ def array_pow(x):
     return np.sum(x ** 0) + np.sum(x ** 1) + np.sum(x ** 2) + np.sum(np.power(x, 3))
 
 
+MASK = np.array([True, False, True, False])
+KS = np.array([0, 1, 2, 3])
+
+
+def array_exponents(x):
+    return np.sum(x ** MASK) + np.sum(x ** KS)
+
+
 def float_pow(x):
     return x[0] ** 2.0 + x[0] ** 1.0 + x[1] ** 0.0 + x[0] ** x[1]
 
@@ -358,6 +366,8 @@ def test_integer_power_at_zero(target):
     x = np.array([0.0, -1.0, 2.0, 0.0])
     g = zyg.grad(array_pow, target=target)(x)
     assert np.array_equal(g, 1.0 + 2.0 * x + 3.0 * x ** 2)
+    g = zyg.grad(array_exponents, target=target)(x)
+    assert np.array_equal(g, MASK * 1.0 + KS * x ** np.maximum(KS - 1, 0))
     H = zyg.hessian(taylor, target=target)(np.array([0.0, 0.0]))
     assert np.array_equal(H, np.zeros((2, 2)))
 
