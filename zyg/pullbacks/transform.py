@@ -27,11 +27,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+import numpy as np
+
 from ..errors import NoAdjoint
 from ..rules import registry
 from ..rules.closure import ConvertedRule, passes_cotangent, render, resolve_global
-from ..ssa.analysis import (Aliases, activity, array_ndim, differentiable, infer_kinds, is_array, is_tuple,
-                            is_complex, loops_of_blocks, natural_loops)
+from ..ssa.analysis import (Aliases, activity, array_dtype, array_ndim, differentiable, infer_kinds, is_array,
+                            is_tuple, is_complex, loops_of_blocks, natural_loops)
 from .arrays import ArrayMixin, zero_of
 from .structured import StructuredMixin
 from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
@@ -85,6 +87,17 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
     for blk in fn.iter_blocks():
         for st in blk.stmts:
             e = st.expr
+            if st.var is not None and kinds.get(st.var.id) == "none" and _numpy_callee(e.fn) and any(
+                    is_array(kinds.get(a.id, "undef")) for a in list(e.args) + list(e.kwargs.values())
+                    if isinstance(a, Var)):
+                # np.put, np.fill_diagonal, np.add.at...: numpy functions that return None write
+                # into an argument, which would be differentiated as if nothing were written
+                from ..errors import UnsupportedSyntax
+                loc = st.loc
+                raise UnsupportedSyntax(
+                    f"{callee_name(e.fn)}() writes into its array argument, which zyg does not model",
+                    loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                    hint="write with indexing (a[idx] = v, a[mask] = v) or np.copyto(a, v)")
             if not isinstance(e.fn, (GetItem, SetItem, Attr)) or not e.args:
                 continue
             base = e.args[0]
@@ -100,6 +113,14 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
                 if not is_array(k) or e.fn.attr not in ARRAY_ATTRS:
                     raise bad(st, f"'.{e.fn.attr}' of a {k} value: only arrays have it")
                 continue
+            if isinstance(e.fn, SetItem) and e.fn.out_of:
+                _check_out(e.fn, k, kinds.get(e.args[-1].id, "undef") if isinstance(e.args[-1], Var)
+                           else const_kind(e.args[-1]), lambda msg, hint=None: bad(st, msg, hint))
+                continue
+            if is_array(k) and isinstance(e.fn, SetItem) and array_ndim(k) == 0:
+                # the adjoint of a write into a 0-d array loses the cotangent (a zero gradient)
+                raise bad(st, "writing into a 0-d array is not supported",
+                          "use an array of shape (1,), or a number")
             if is_array(k):
                 continue
             if is_tuple(k) and isinstance(e.fn, GetItem) and e.fn.spec == ("i",) and \
@@ -113,6 +134,49 @@ def check_kinds(fn: Function, kinds: Dict[int, str]) -> None:
             what = "a tuple with a non-constant index" if is_tuple(k) else f"a {k} value"
             raise bad(st, f"indexing {what} is not supported",
                       "index numpy arrays (a[i], a[i, j], a[lo:hi]) or tuples with constants (t[0])")
+
+
+def _numpy_callee(fn) -> bool:
+    """A function of numpy or scipy, or a method of a ufunc or of a numpy random generator."""
+    own = getattr(fn, "__self__", None)
+    if isinstance(own, np.ufunc):
+        return True
+    mods = (getattr(fn, "__module__", None) or "", getattr(type(own), "__module__", "") if own is not None
+            else "")
+    if any(m.startswith("numpy.testing") for m in mods):
+        return False        # np.testing.assert_allclose(a, b): a check, no write
+    return isinstance(fn, np.ufunc) or any(m == "numpy" or m.startswith(("numpy.", "scipy.")) for m in mods)
+
+
+_SCALAR_DTYPES = {"float": np.float64, "int": np.int64, "bool": np.bool_, "complex": np.complex128}
+
+
+def _check_out(fn, out_kind: str, value_kind: str, bad) -> None:
+    """The write of a numpy function's result into its output argument
+    (``zyg/ssa/desugar.lower_out_argument``): refuse what numpy refuses, at the user's line."""
+    if not is_array(out_kind):
+        raise bad(f"{fn.out_of}: the output argument is a {out_kind} value, not an array",
+                  "pass an array as out=, or assign the result")
+    if value_kind == "undef":
+        return
+    if is_array(value_kind):
+        vt, vnd = np.dtype(array_dtype(value_kind)), array_ndim(value_kind)
+    elif value_kind in _SCALAR_DTYPES:
+        vt, vnd = np.dtype(_SCALAR_DTYPES[value_kind]), 0
+    else:
+        raise bad(f"{fn.out_of}: a {value_kind} result cannot be written into an array")
+    ot, ond = np.dtype(array_dtype(out_kind)), array_ndim(out_kind)
+    if ond == 0:
+        raise bad(f"{fn.out_of}: a 0-d output argument is not supported",
+                  "assign the result (a number)")
+    # ufuncs broadcast their result into the output argument; reductions, np.cumsum, np.dot
+    # and the others want the result's shape
+    if vnd > ond or (not fn.broadcast and vnd != ond):
+        raise bad(f"{fn.out_of}: the result has {vnd} dimensions, the output argument {ond}",
+                  "the output argument must have the shape of the result")
+    if not np.can_cast(vt, ot, fn.casting):
+        raise bad(f"{fn.out_of}: numpy does not write a {vt} result into a {ot} output argument "
+                  f"(casting={fn.casting!r})", "assign the result, or use an output array of its dtype")
 
 
 def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Plan:

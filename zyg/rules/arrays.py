@@ -78,7 +78,7 @@ _TIE_MAX = ("np.where(a > b, 1.0, np.where(a == b, 0.5, 0.0))",
             "np.where(b > a, 1.0, np.where(a == b, 0.5, 0.0))")
 _TIE_MIN = ("np.where(a < b, 1.0, np.where(a == b, 0.5, 0.0))",
             "np.where(b < a, 1.0, np.where(a == b, 0.5, 0.0))")
-_POW = ("b * a ** (b - 1)", "np.where(a > 0, y * np.log(np.where(a > 0, a, 1.0)), 0.0)")
+_POW = (scalar.POW_DA, "np.where(a > 0, y * np.log(np.where(a > 0, a, 1.0)), 0.0)")
 _BINARY_ARRAY = {
     "power": _POW, "maximum": _TIE_MAX, "fmax": _TIE_MAX, "minimum": _TIE_MIN, "fmin": _TIE_MIN,
     "copysign": ("np.where((a >= 0) == (b >= 0), 1.0, -1.0)", None),
@@ -89,7 +89,7 @@ _BINARY_ARRAY = {
 # complex operands: the same derivative, conjugated (dz += conj(f'(z)) * dy), for the
 # holomorphic entries of the scalar table; abs has its own form; other rules raise
 _ABS_COMPLEX = "np.where(y != 0, x / np.where(y != 0, y, 1.0), 0j)"
-_POW_COMPLEX = ("b * a ** (b - 1)", "np.where(a != 0, y * np.log(np.where(a != 0, a, 1.0) + 0j), 0j)")
+_POW_COMPLEX = (scalar.POW_DA, "np.where(a != 0, y * np.log(np.where(a != 0, a, 1.0) + 0j), 0j)")
 
 
 def _no_complex(name: str) -> "_RuleError":

@@ -54,13 +54,22 @@ UNARY = {
     "sinc": "((M.cos(M.pi * x) - y) / x if x != 0 else 0.0)",
 }
 
+# d(a ** b)/da: b * a ** (b - 1), and exactly 0 where b == 0 (numpy's 0 ** 0 == 1 is a
+# constant, as in JAX). The exponent b - 1 + (b == 0) is b - 1, or 0 where b == 0 (bool b
+# too, where b - (b != 0) would fail on numpy bool arrays), so 0.0 ** -1 (inf, or a
+# ZeroDivisionError in numba's integer power) is never computed there: 0 * 0.0 ** -1 made
+# the derivative of x ** 0 nan at x = 0. The same expression serves scalars and arrays,
+# and differentiated again it gives k * (k - 1) * x ** (k - 2) with the same guard (2 at
+# x = 0 for x ** 2, 0 for x ** 1).
+POW_DA = "b * a ** (b - 1 + (b == 0))"
+
 # name -> (d/da, d/db) in a, b, y, M
 BINARY = {
     "atan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
     "arctan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
     "hypot": ("a / y", "b / y"),
-    "pow": ("b * a ** (b - 1)", "(y * M.log(a) if a > 0 else 0.0)"),
-    "power": ("b * a ** (b - 1)", "(y * M.log(a) if a > 0 else 0.0)"),
+    "pow": (POW_DA, "(y * M.log(a) if a > 0 else 0.0)"),
+    "power": (POW_DA, "(y * M.log(a) if a > 0 else 0.0)"),
     "copysign": ("(1.0 if (a >= 0) == (b >= 0) else -1.0)", None),
     # np.trunc / np.floor: a float (inf stays inf); math's raise or wrap around on inf
     "fmod": ("1.0", "-np.trunc(a / b)"),
@@ -82,7 +91,7 @@ SPECIAL = [
     ("operator.mul", "a, b", "dy * b, dy * a", "a * b"),
     ("operator.truediv", "a, b", "dy / b, -dy * y / b", "a / b"),
     ("operator.mod", "a, b", "dy, -dy * np.floor(a / b)", "a % b"),
-    ("operator.pow", "a, b", "dy * b * a ** (b - 1), (dy * y * math.log(a) if a > 0 else 0.0)", "a ** b"),
+    ("operator.pow", "a, b", "dy * b * a ** (b - 1 + (b == 0)), (dy * y * math.log(a) if a > 0 else 0.0)", "a ** b"),
     ("operator.neg", "a", "-dy", "-a"),
     ("operator.pos", "a", "dy", "+a"),
     ("builtins.abs", "a", "(dy if a >= 0 else -dy)", "abs(a)"),
@@ -92,7 +101,7 @@ SPECIAL = [
                             "(dy if b > a else (0.5 * dy if a == b else 0.0))", "max(a, b)"),
     ("builtins.min", "a, b", "(dy if a < b else (0.5 * dy if a == b else 0.0)), "
                             "(dy if b < a else (0.5 * dy if a == b else 0.0))", "min(a, b)"),
-    ("math.pow", "a, b", "dy * b * a ** (b - 1), (dy * y * math.log(a) if a > 0 else 0.0)", "math.pow(a, b)"),
+    ("math.pow", "a, b", "dy * b * a ** (b - 1 + (b == 0)), (dy * y * math.log(a) if a > 0 else 0.0)", "math.pow(a, b)"),
 ]
 
 # unary entries whose derivative expression holds for complex arguments (holomorphic
@@ -112,8 +121,8 @@ COMPLEX_UNARY = {
 COMPLEX_BINARY = {
     "operator.mul": ("b", "a"),
     "operator.truediv": ("1.0 / b", "y / b", "-"),
-    "operator.pow": ("b * a ** (b - 1)", "(y * cmath.log(a) if a != 0 else 0j)"),
-    "np.power": ("b * a ** (b - 1)", "(y * cmath.log(a) if a != 0 else 0j)"),
+    "operator.pow": (POW_DA, "(y * cmath.log(a) if a != 0 else 0j)"),
+    "np.power": (POW_DA, "(y * cmath.log(a) if a != 0 else 0j)"),
 }
 # complex forms written out: (qualified name, params, back (complex variant), back for
 # real operands or None when the real rule needs no change, primal)

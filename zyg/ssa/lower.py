@@ -1351,6 +1351,16 @@ class Lowerer:
             # np.add(a, b, a): the in-place update of generated code (a += b)
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        if fn is np.copyto:
+            from .desugar import lower_copyto
+            return lower_copyto(self, node)
+        if fn is not None or (isinstance(node.func, gast.Attribute) and node.func.attr in _METHODS):
+            # np.add(x, y, c), np.exp(b, out=b), a.sum(out=c): c[...] = f(x, y), valued c
+            from .desugar import lower_out_argument
+            got = lower_out_argument(self, fn, node, hint,
+                                     None if fn is not None else _METHODS[node.func.attr])
+            if got is not None:
+                return got
         if fn is builtins.print:
             from .raising import lower_print
             return lower_print(self, node)
@@ -1397,7 +1407,9 @@ class Lowerer:
                 args = [self.emit(MakeTuple(), args, node)]
             elif meth is np.transpose and args:
                 raise self.unsupported(node, "transpose() with axes is not supported", "use a.T")
-            return self.emit(meth, [base] + args, node, hint, kwargs)
+            r = self.emit(meth, [base] + args, node, hint, kwargs)
+            # a.flatten() is a copy (np.ravel's result may be a view of a)
+            return self.emit(np.copy, [r], node, hint) if node.func.attr == "flatten" else r
         if fn is None and isinstance(node.func, gast.Call) and \
                 self.static_value(node.func.func) is builtins.type:
             # type(x)(v): a cast to x's type, resolved when the kinds are known (specialize.py)

@@ -92,14 +92,25 @@ class GetItem(Prim):
 
 
 class SetItem(Prim):
-    """``base[index] = value``; operands: base, the index parts, value (an effect)."""
+    """``base[index] = value``; operands: base, the index parts, value (an effect).
 
-    def __init__(self, spec: Tuple[str, ...]):
+    ``out_of`` names the numpy function whose output argument the write is
+    (``np.exp(b, b)`` is ``b[...] = np.exp(b)``, ``zyg/ssa/desugar.py``), and ``casting``
+    the casting numpy allows there (``same_kind`` for ufuncs, ``equiv`` for ``np.dot``,
+    ``unsafe`` as a plain write) and ``broadcast`` whether the value may have fewer
+    dimensions than the output (ufuncs, ``np.copyto``): the kind check
+    (``pullbacks/transform.check_kinds``) refuses the writes that numpy refuses."""
+
+    def __init__(self, spec: Tuple[str, ...], out_of: str = "", casting: str = "unsafe",
+                 broadcast: bool = False):
         self.spec = tuple(spec)
+        self.out_of = out_of
+        self.casting = casting
+        self.broadcast = broadcast
         self.name = "setitem[" + ",".join(self.spec) + "]"
 
     def _key(self):
-        return self.spec
+        return (self.spec, self.out_of, self.casting, self.broadcast) if self.out_of else self.spec
 
     def __call__(self, base, *ops):
         idx = _index(self.spec, ops[:-1])
