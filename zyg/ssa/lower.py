@@ -113,6 +113,37 @@ def unwrap(fn: Any) -> Any:
 
 
 
+def _out_position(fn) -> Optional[int]:
+    """Where a numpy (or scipy) function other than a ufunc takes ``out``: its position
+    among the positional parameters, -1 when it is keyword-only, None when it has none."""
+    if not (getattr(fn, "__module__", None) or "").startswith(("numpy", "scipy")):
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for i, q in enumerate(params):
+        if q.name == "out":
+            return i if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD) else -1
+    return None
+
+
+def _refuse_out(lowerer, fn, node, skip: int) -> None:
+    """A numpy function's ``out`` argument (``np.dot(a, b, o)``, ``a.sum(out=o)``) is a
+    write zyg does not model: raise instead of computing as if it were not there. ``skip``
+    is 1 for a method (the array is the first parameter)."""
+    if fn is None or isinstance(fn, np.ufunc):
+        return
+    pos = _out_position(fn)
+    if pos is None:
+        return
+    name = getattr(fn, "__name__", "function")
+    if any(k.arg == "out" for k in node.keywords) or (pos >= skip and len(node.args) > pos - skip):
+        raise lowerer.unsupported(node, f"np.{name}() with out= (writing the result into an "
+                                        "existing array) is not supported",
+                                  f"assign the result: o[...] = np.{name}(...)")
+
+
 def _call_const(node) -> Optional[Const]:
     """A literal string or list of integers (nested lists and tuples of them) passed to a
     call, as a constant (lists become tuples): ``np.einsum('ij,j->i', a, x)``,
@@ -1345,12 +1376,11 @@ class Lowerer:
             t, e = self.expr(node.args[0]), self.expr(node.args[1])
             r = self.emit(reduce_like, [e, t], node)
             return self.inplace_update(node.args[0], operator.add, t, r, node)
-        if fn in _UFUNC_OPS and len(node.args) == 3 and not node.keywords and \
-                isinstance(node.args[0], gast.Name) and isinstance(node.args[2], gast.Name) and \
-                node.args[0].id == node.args[2].id:
-            # np.add(a, b, a): the in-place update of generated code (a += b)
-            t, e = self.expr(node.args[0]), self.expr(node.args[1])
-            return self.inplace_update(node.args[0], _UFUNC_OPS[fn], t, e, node)
+        if isinstance(fn, np.ufunc) and (len(node.args) > fn.nin or
+                                         any(k.arg == "out" for k in node.keywords)):
+            # np.add(a, b, out): a write into out (np.add(a, b, a) is a += b)
+            return self.ufunc_out(fn, node, hint)
+        _refuse_out(self, fn, node, 0)
         if fn is builtins.print:
             from .raising import lower_print
             return lower_print(self, node)
@@ -1390,6 +1420,7 @@ class Lowerer:
         if fn is None and isinstance(node.func, gast.Attribute) and node.func.attr in _METHODS:
             # a method of an array: a.sum(axis=0) -> np.sum(a, axis=0)
             meth = _METHODS[node.func.attr]
+            _refuse_out(self, meth, node, 1)
             base = self.expr(node.func.value)
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
@@ -1528,6 +1559,51 @@ class Lowerer:
         finally:
             self.frames.pop()
             self.f = caller
+
+    def ufunc_out(self, fn, node, hint: str) -> Operand:
+        """``np.add(a, b, out)`` / ``np.sin(x, out=o)``: the result written into ``out``
+        (``out[...] = np.add(a, b)``), whose value is ``out``, as numpy returns it. The write
+        is an ordinary store, so the alias analysis, the tape and forward mode see it (the
+        generated adjoint accumulates with ``np.add(np.reshape(d, s), e, np.reshape(d, s))``).
+        ``np.add(a, b, a)`` with one name is the in-place update ``a += b``."""
+        name = getattr(fn, "__name__", "ufunc")
+        if fn.nout != 1:
+            raise self.unsupported(node, f"np.{name}() with out= is not supported (it has "
+                                         f"{fn.nout} outputs)", "assign the results instead")
+        if any(isinstance(a, gast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            raise self.unsupported(node, "'*' and '**' unpacking in calls are not supported")
+        if len(node.args) > fn.nin + 1:
+            raise self.unsupported(node, f"np.{name}() takes {fn.nin} inputs and one out")
+        kw = [k for k in node.keywords if k.arg == "out"]
+        rest = [k for k in node.keywords if k.arg != "out"]
+        if len(node.args) == fn.nin + 1:
+            if kw:
+                raise self.unsupported(node, f"np.{name}(): out given twice")
+            out = node.args[fn.nin]
+        else:
+            out = kw[0].value
+            if isinstance(out, gast.Tuple) and len(out.elts) == 1:
+                out = out.elts[0]        # out=(o,): numpy's tuple form
+        if isinstance(out, gast.Constant) and out.value is None:
+            return self.expr(gast.Call(node.func, node.args[:fn.nin], rest), hint)
+        if rest:
+            raise self.unsupported(node, f"np.{name}() with out=: "
+                                         f"{', '.join(str(k.arg) + '=' for k in rest)} is not supported "
+                                         "with it", f"write the result: out[...] = np.{name}(...)")
+        ins = node.args[:fn.nin]
+        if fn in _UFUNC_OPS and fn.nin == 2 and isinstance(ins[0], gast.Name) and \
+                isinstance(out, gast.Name) and ins[0].id == out.id:
+            t, e = self.expr(ins[0]), self.expr(ins[1])
+            return self.inplace_update(out, _UFUNC_OPS[fn], t, e, node)
+        for a in ins:
+            if isinstance(a, gast.Starred):
+                raise self.unsupported(a, "'*' unpacking in calls is not supported")
+        args = [_call_const(a) or self.expr(a) for a in ins]
+        o = self.expr(out)
+        r = self.emit(fn, args, node, hint)
+        self.blocks[self.cur].stmts.append(
+            Stmt(None, Call(SetItem(("e",)), [o, r]), self.src.loc(node)))
+        return o
 
     def inplace_update(self, target_node, op, t: Operand, e: Operand, node) -> Operand:
         """``t op= e`` in place; a name target is rebound to the result (as ``x op= y``)."""
