@@ -35,6 +35,7 @@ from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Sta
 from .arrays import inplace_src, zero_of
 from ..rules.closure import render, resolve_global
 from .helpers import helpers as tape_helpers
+from .reshapes import Reshapes, is_reshape, shape_src
 
 STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward._find_loops)
 
@@ -76,6 +77,16 @@ class Forward:
 
     def active(self, a) -> bool:
         return isinstance(a, Var) and a.id in self.act
+
+    def is_view(self, v) -> bool:
+        return isinstance(v, Var) and self.p.aliases is not None and v.id in self.p.aliases.view_of
+
+    @property
+    def reshapes(self) -> Reshapes:
+        got = self.__dict__.get("_reshapes")
+        if got is None:
+            got = self._reshapes = Reshapes(self.p, self.ns)
+        return got
 
     def src(self, a) -> str:
         return var_name(a) if isinstance(a, Var) else const_src(a, self.ns)
@@ -128,6 +139,8 @@ class Forward:
         if isinstance(fn, Stacked):
             kw = "".join(f", {k}={self.src(v)}" for k, v in e.kwargs.items())
             return f"np.{fn.fn.__name__}(({''.join(a + ', ' for a in args)}){kw})"
+        if is_reshape(fn) and self.is_view(st.var):
+            return self.reshapes.value(st, args[0], shape_src(st, args[1:]))
         if fn in INFIX and len(args) == 2 and not e.kwargs:
             return f"({args[0]} {INFIX[fn]} {args[1]})"
         if fn in PREFIX and len(args) == 1 and not e.kwargs:
@@ -181,6 +194,8 @@ class Forward:
             self.inplace(st, args, ind, code)
             return
         lhs = var_name(st.var) + " = " if st.var is not None else ""
+        if is_reshape(fn) and self.is_view(st.var):
+            self.reshapes.check_code(st, args[0], ind, code)
         code.add(ind, lhs + self.call_src(st, args), st.loc)
         if st.var is None or not self.active(st.var):
             return
@@ -276,6 +291,9 @@ class Forward:
         if fn in _LINEAR_ALL:
             return self.call_src(st, [self.t(a) or ("0.0" if self.kind(a) == "float" else s)
                                       for a, s in zip(ops, args)])
+        if is_reshape(fn) and self.is_view(st.var):
+            # a view of the base's tangent where writes go through it, else its values
+            return self.reshapes.derived(st, self.tz(ops[0]), shape_src(st, args[1:]))
         if fn in _LINEAR:
             return self.call_src(st, [self.tz(ops[0])] + args[1:])
         if fn in _BILINEAR:

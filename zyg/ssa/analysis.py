@@ -319,7 +319,9 @@ def is_view_op(fn: Any, args, kinds) -> bool:
         return fn.attr in ("T", "real", "imag")
     if isinstance(fn, InPlace):
         return True
-    return fn in (np.reshape, np.transpose)
+    # reshape and ravel: a view where anything writes through them (checked at run time,
+    # zyg/pullbacks/reshapes.py), values alone otherwise
+    return fn in (np.reshape, np.ravel, np.transpose)
 
 
 class Aliases:

@@ -1366,6 +1366,8 @@ class Lowerer:
             fn = self.make_closure(node.func)
         else:
             fn = self.static_value(node.func)
+        if getattr(fn, "_zyg_reshape", False):
+            fn = np.reshape      # generated code transformed again (zyg/pullbacks/reshapes.py)
         from .lists import call as list_call
         r = list_call(self, fn, node, hint)
         if r is not None:
@@ -1424,6 +1426,13 @@ class Lowerer:
             base = self.expr(node.func.value)
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            if node.func.attr == "flatten":
+                # always a copy (ravel is a view of a C-contiguous array): C-ordered, so
+                # that writes into it are plain writes into a new array
+                if args or kwargs:
+                    raise self.unsupported(node, "flatten() takes no arguments here", "a.flatten()")
+                c = self.emit(np.ascontiguousarray, [self.emit(np.copy, [base], node)], node)
+                return self.emit(np.ravel, [c], node, hint)
             if meth is np.reshape and len(args) != 1:
                 args = [self.emit(MakeTuple(), args, node)]
             elif meth is np.transpose and args:
