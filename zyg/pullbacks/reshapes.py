@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..errors import UnsupportedSyntax
+from ..ssa import hooks
 from ..ssa.analysis import array_ndim, is_array
 from ..ssa.emit import var_name
 from ..ssa.ir import Const, Stmt, Var
@@ -60,9 +61,15 @@ def reshape_view(a, shape):
     return np.reshape(a, shape)
 
 
+def is_c(a) -> bool:
+    """Is ``a`` C-contiguous (the checks before a reshape taken as a view)?"""
+    return a.flags.c_contiguous
+
+
 # the lowerer reads these back as np.reshape (generated code transformed again)
 reshape_any._zyg_reshape = True
 reshape_view._zyg_reshape = True
+hooks.generated_nondifferentiable(is_c)
 
 
 def is_reshape(fn: Any) -> bool:
@@ -185,7 +192,8 @@ def value_layouts(fn, kinds: Dict[int, str], al) -> Dict[int, Any]:
                     put(v, "U")
             for target, args in blk.term.successors():
                 for p, a in zip(fn.blocks[target].params, args):
-                    if arr(p):
+                    if arr(p) and isinstance(a, Var):
+                        # (an undefined value on a path that never reads it is no layout)
                         put(p, lay.get(a.id, C) if arr(a) else "U")
     return lay
 
@@ -242,7 +250,8 @@ class Reshapes:
                "zyg follows only views")
         hint = ("pass C-contiguous arrays (np.ascontiguousarray), or reshape a copy "
                 "(a.copy().reshape(...)) if the writes need not reach the other array")
-        cond = " or ".join(f"not {n}.flags.c_contiguous" for n in names)
+        isc = self.ns.ref(is_c)
+        cond = " or ".join(f"not {isc}({n})" for n in names)
         code.put(ind, If(cond))
         code.add(ind + 1, f"raise {exc}({msg!r}, {loc.filename if loc else None!r}, "
                           f"{int(loc.lineno) if loc else 0}, {int(loc.col or 0) if loc else 0}, {hint!r})")

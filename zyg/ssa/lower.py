@@ -138,7 +138,9 @@ def _refuse_out(lowerer, fn, node, skip: int) -> None:
     if pos is None:
         return
     name = getattr(fn, "__name__", "function")
-    if any(k.arg == "out" for k in node.keywords) or (pos >= skip and len(node.args) > pos - skip):
+    none = lambda a: isinstance(a, gast.Constant) and a.value is None
+    if any(k.arg == "out" and not none(k.value) for k in node.keywords) or \
+            (pos >= skip and len(node.args) > pos - skip and not none(node.args[pos - skip])):
         raise lowerer.unsupported(node, f"np.{name}() with out= (writing the result into an "
                                         "existing array) is not supported",
                                   f"assign the result: o[...] = np.{name}(...)")
