@@ -248,3 +248,22 @@ def test_ufunc_out_is_a_write(target):
     np.testing.assert_allclose(zyg.grad(ufunc_out, target=target)(x), fd(ufunc_out, x), rtol=1e-7)
     with pytest.raises(zyg.UnsupportedSyntax, match="out="):
         zyg.grad(dot_out, target=target)(x)
+
+
+def write_through_flip(a):
+    b = np.flip(a)           # a view in numpy
+    b[0] = 3.0
+    return np.sum(a * a)
+
+
+def write_through_asarray(a):
+    b = np.asarray(a)        # a itself
+    b[0] = 3.0
+    return np.sum(a * a)
+
+
+@pytest.mark.parametrize("f", [write_through_flip, write_through_asarray])
+def test_writes_through_other_numpy_views_raise(f):
+    # their gradients were those of an untouched argument ([2, 4, 6])
+    with pytest.raises(zyg.UnsupportedSyntax, match="returns a view"):
+        zyg.grad(f, target="python")(np.array([1.0, 2.0, 3.0]))

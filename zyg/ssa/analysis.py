@@ -324,6 +324,13 @@ def is_view_op(fn: Any, args, kinds) -> bool:
     return fn in (np.reshape, np.ravel, np.transpose)
 
 
+# numpy functions whose result may be a view of their first argument, which zyg's alias
+# analysis takes as new arrays (Aliases.refuse_writes_through_views)
+_VIEW_FNS = {np.asarray, np.ascontiguousarray, np.asfortranarray, np.atleast_1d, np.atleast_2d,
+             np.atleast_3d, np.squeeze, np.expand_dims, np.flip, np.fliplr, np.flipud, np.diagonal,
+             np.swapaxes, np.moveaxis, np.broadcast_to, np.real, np.imag, np.rot90}
+
+
 class Aliases:
     """Alias classes of array values: a view, an in-place result and a block
     parameter share memory with (or may be) their source.  ``mutated`` holds
@@ -355,6 +362,37 @@ class Aliases:
                     if arr(p) and arr(a):
                         self.union(p.id, a.id)
         self.mutated = {self.find(v) for v in mutated_vars}
+        self.refuse_writes_through_views(fn, kinds)
+
+    def refuse_writes_through_views(self, fn: Function, kinds: Dict[int, str]) -> None:
+        """numpy functions that return a view of their argument (``np.flip``, ``np.asarray``,
+        ``np.atleast_2d``...) are new arrays to zyg: a write through their result would reach
+        the argument in numpy but not in zyg's gradient, so it is refused at the line."""
+        from ..errors import UnsupportedSyntax
+        defs = {st.var.id: st for blk in fn.iter_blocks() for st in blk.stmts if st.var is not None}
+        for blk in fn.iter_blocks():
+            for st in blk.stmts:
+                e = st.expr
+                if st.var is None or not is_array(kinds.get(st.var.id, "")) or not e.args or \
+                        not self.is_mutated(st.var.id):
+                    continue
+                try:
+                    if e.fn not in _VIEW_FNS:
+                        continue
+                except TypeError:
+                    continue
+                a = e.args[0]
+                if not isinstance(a, Var) or not is_array(kinds.get(a.id, "")):
+                    continue
+                if e.fn is np.ascontiguousarray and a.id in defs and defs[a.id].expr.fn is np.copy:
+                    continue        # of a fresh copy (a.flatten()): never another array's memory
+                loc = st.loc
+                name = getattr(e.fn, "__name__", "this function")
+                raise UnsupportedSyntax(
+                    f"np.{name}() returns a view of its argument (numpy shares the memory), and the "
+                    "result is written into: zyg does not follow writes through it",
+                    loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                    hint=f"write into a copy (np.{name}(a).copy()) or into the argument itself")
 
     def find(self, x: int) -> int:
         self.parent.setdefault(x, x)
