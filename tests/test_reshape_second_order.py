@@ -267,3 +267,20 @@ def test_writes_through_other_numpy_views_raise(f):
     # their gradients were those of an untouched argument ([2, 4, 6])
     with pytest.raises(zyg.UnsupportedSyntax, match="returns a view"):
         zyg.grad(f, target="python")(np.array([1.0, 2.0, 3.0]))
+
+
+def test_jvp_checks_the_callers_array_before_copying_it():
+    # jvp copies its arguments (C-ordered): the check must see the caller's F-ordered array,
+    # whose reshape numpy copies (the jvp had given 129, numpy 30)
+    A = np.asfortranarray(A0)
+    with pytest.raises(zyg.UnsupportedSyntax, match="C-contiguous"):
+        zyg.jvp(strided_written_2d, (A,), (np.ones((2, 2)),), target="python")
+    y, dy = zyg.jvp(strided_written_2d, (A0.copy(),), (np.ones((2, 2)),), target="python")
+    assert y == strided_written_2d(A0.copy())
+    assert dy == pytest.approx(2.0 * (2.0 + 3.0 + 4.0))
+
+
+def strided_written_2d(A):
+    b = A.reshape(-1)
+    b[0] = 10.0
+    return np.sum(A * A)

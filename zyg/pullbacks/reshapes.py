@@ -236,10 +236,25 @@ class Reshapes:
             out.append(base)
         return out
 
-    def check_code(self, st: Stmt, base: str, ind: int, code) -> None:
-        """The checks of :meth:`checks` as statements, raising at the user's line."""
+    def param_checks(self) -> Dict[int, Stmt]:
+        """The parameters that a reshape taken as a view needs C-contiguous (id -> the first
+        such reshape): forward mode checks them before it copies its arguments."""
+        out: Dict[int, Stmt] = {}
+        for blk in self.p.fn.iter_blocks():
+            for st in blk.stmts:
+                if is_reshape(st.expr.fn) and self.mutated(st) and isinstance(st.expr.args[0], Var) \
+                        and st.var.id in self.al.view_of:
+                    lay = self.layout(st.expr.args[0])
+                    if lay != "U":
+                        for i in lay[1]:
+                            out.setdefault(i, st)
+        return out
+
+    def check_code(self, st: Stmt, base: str, ind: int, code, names: Optional[List[str]] = None) -> None:
+        """The checks of :meth:`checks` (or of the arrays ``names``) as statements, raising at
+        the user's line."""
         from ..ssa.emit import If
-        names = self.checks(st, base)
+        names = self.checks(st, base) if names is None else names
         if not names:
             return
         loc = st.loc
