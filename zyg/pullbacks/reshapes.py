@@ -43,8 +43,8 @@ RESHAPES = (np.reshape, np.ravel)
 def reshape_any(a, shape):
     """The values of ``np.reshape(a, shape)`` for an array nothing writes into: a view when
     ``a`` is C-contiguous, else a C-ordered copy (numba reshapes only without copying)."""
-    if a.flags.c_contiguous:
-        return np.reshape(a, shape)
+    # (numba types no reshape of an array of unknown layout; ascontiguousarray of a
+    # contiguous array is that array, on both targets)
     return np.reshape(np.ascontiguousarray(a), shape)
 
 
@@ -58,7 +58,7 @@ def reshape_view(a, shape):
                          "a copy or a view there depending on the memory layout, and zyg follows "
                          "only views; copy first (a.copy().reshape(...)) if the writes need not "
                          "reach the other array, or reshape a contiguous array")
-    return np.reshape(a, shape)
+    return np.reshape(np.ascontiguousarray(a), shape)
 
 
 def is_c(a) -> bool:
@@ -273,16 +273,14 @@ class Reshapes:
 
     def value(self, st: Stmt, base: str, shape: str) -> str:
         """The value of the reshape ``st`` of ``base`` (a view where something writes through
-        it: the primal checked it with :meth:`check_code`)."""
+        it: the primal checked it with :meth:`check_code` first, at the user's line)."""
         if not self.mutated(st):
             return f"{self.ns.ref(reshape_any)}({base}, {shape})"
-        return f"np.reshape({base}, {shape})"
+        return f"{self.ns.ref(reshape_view)}({base}, {shape})"
 
     def derived(self, st: Stmt, base: str, shape: str, contiguous: bool = False) -> str:
         """The same reshape of ``base``'s shadow or tangent: a checked view where writes must
         reach through it, else the values (``contiguous``: the shadow is C-contiguous)."""
-        if contiguous:
-            return f"np.reshape({base}, {shape})"
-        if self.mutated(st):
+        if contiguous or self.mutated(st):
             return f"{self.ns.ref(reshape_view)}({base}, {shape})"
         return f"{self.ns.ref(reshape_any)}({base}, {shape})"
