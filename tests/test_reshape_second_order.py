@@ -284,3 +284,26 @@ def strided_written_2d(A):
     b = A.reshape(-1)
     b[0] = 10.0
     return np.sum(A * A)
+
+
+def argument_written_after_flip(a):
+    b = np.flip(a)           # sees the write below, in numpy
+    a[0] = 3.0
+    return np.sum(b * b * np.arange(3.0))
+
+
+def argument_written_after_use(a):
+    b = np.flip(a)
+    s = np.sum(b * b)        # read before the write: fine
+    a[0] = 3.0
+    return s + np.sum(a)
+
+
+def test_argument_written_after_a_view_function():
+    # zyg's value was 6.0 (numpy: 22.0)
+    with pytest.raises(zyg.UnsupportedSyntax, match="returns a view"):
+        zyg.grad(argument_written_after_flip, target="python")(np.array([1.0, 2.0, 3.0]))
+    a = np.array([1.0, 2.0, 3.0])
+    val, g = zyg.value_and_grad(argument_written_after_use, target="python")(a.copy())
+    assert val == argument_written_after_use(a.copy())
+    np.testing.assert_allclose(g, [2.0, 5.0, 7.0], rtol=1e-14)
