@@ -39,6 +39,7 @@ from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recur
                          index_src)
 from ..rules.higher import recursive_calls, Checkpointed, Hooked
 from .tape import KIND_STACK
+from .reshapes import Reshapes, is_reshape, shape_src, view_keeps_c
 
 UNSIGNED_INDEX = True   # proven non-negative array indices cast to np.uint64 (ArrayMixin.index_text)
 
@@ -86,6 +87,13 @@ class ArrayMixin:
             return True
         return any(isinstance(a, Var) and (is_array(self.kind(a)) or is_tuple(self.kind(a)))
                    for a in e.operands())
+
+    @property
+    def reshapes(self) -> Reshapes:
+        got = self.__dict__.get("_reshapes")
+        if got is None:
+            got = self._reshapes = Reshapes(self.p, self.ns)
+        return got
 
     def is_view(self, v) -> bool:
         return isinstance(v, Var) and v.id in self.al.view_of
@@ -135,6 +143,17 @@ class ArrayMixin:
                     if self.is_view(a) and self.arr_active(a) and not self.mutable(a):
                         self.buffered_views.add(a.id)
                         self.shadow_roots[a.id] = a
+        # A reshape that nothing writes through, of an array whose shadow may not be
+        # contiguous (A.T.reshape(-1)), owns a buffer too: a reshape of that shadow would
+        # be a copy (zyg/pullbacks/reshapes.py)
+        for blk in self.fn.iter_blocks():
+            for st in blk.stmts:
+                v = st.var
+                if v is not None and is_reshape(st.expr.fn) and self.is_view(v) and \
+                        self.arr_active(v) and not self.mutable(v) and \
+                        not self.shadow_contiguous(st.expr.args[0]):
+                    self.buffered_views.add(v.id)
+                    self.shadow_roots[v.id] = v
         self.check_params()
         for blk in self.fn.iter_blocks():
             self.stmt_pushes[blk.id] = []
@@ -622,17 +641,21 @@ class ArrayMixin:
         return index_src(spec, ops)
 
     # -- values and shadows in the adjoint --------------------------------------------------
-    def view_src(self, st: Stmt, base: str, ops: List[str]) -> str:
-        """Apply the view-producing statement ``st`` to ``base`` (value or shadow)."""
+    def view_src(self, st: Stmt, base: str, ops: List[str], shadow: bool = False) -> str:
+        """Apply the view-producing statement ``st`` to ``base`` (value or, ``shadow``, the
+        shadow of the view's base)."""
         fn = st.expr.fn
+        if is_reshape(fn):
+            shape = shape_src(st, ops)
+            if shadow:
+                return self.reshapes.derived(st, base, shape, self.shadow_contiguous(st.expr.args[0]))
+            return self.reshapes.value(st, base, shape)
         if isinstance(fn, GetItem):
             return f"{base}[{self.index_text(fn.spec, st.expr.args[0], st.expr.args[1:], ops)}]"
         if isinstance(fn, Attr):
             return f"{base}.{fn.attr}"
         if isinstance(fn, InPlace):
             return base
-        if fn is np.reshape:
-            return f"np.reshape({base}, {ops[0]})"
         if fn is np.transpose:
             return f"{base}.T"
         raise AssertionError(fn)
@@ -654,7 +677,7 @@ class ArrayMixin:
         if self.is_view(a) and a.id not in self.buffered_views:
             st = self.al.view_of[a.id]
             base = self.shadow(st.expr.args[0], local)
-            return self.view_src(st, base, [self.value_ref(q, local) for q in self.view_operands(st)])
+            return self.view_src(st, base, [self.value_ref(q, local) for q in self.view_operands(st)], True)
         n = self.dname(a)
         self.adj_uses.add(n)
         return n
@@ -663,8 +686,18 @@ class ArrayMixin:
         if self.is_view(a) and a.id not in self.buffered_views:
             st = self.al.view_of[a.id]
             base = self.shadow_primal(st.expr.args[0])
-            return self.view_src(st, base, [self.src(q) for q in self.view_operands(st)])
+            return self.view_src(st, base, [self.src(q) for q in self.view_operands(st)], True)
         return self.dname(a)
+
+    def shadow_contiguous(self, a) -> bool:
+        """Is the shadow of array ``a`` C-contiguous? Buffers are; a view of one is when its
+        view keeps C order (``a[i]``, ``a[2:]``, a reshape; not ``a.T`` nor ``a[:, j]``)."""
+        while self.is_view(a) and a.id not in self.buffered_views:
+            st = self.al.view_of[a.id]
+            if not view_keeps_c(st, self.p.kinds):
+                return False
+            a = st.expr.args[0]
+        return True
 
     def accumulate(self, target, expr: str, ne: int, local: Dict[str, str], ind: int,
                    code: Code, loc=None, cplx: bool = False) -> None:
@@ -731,6 +764,9 @@ class ArrayMixin:
             fn = fn.op
         if isinstance(fn, GetItem):
             code.add(ind, f"{lhs}{self.get_src(fn.spec, e.args[0], e.args[1:], args[0], args[1:])}", st.loc)
+        elif is_reshape(fn) and self.is_view(st.var):
+            self.reshapes.check_code(st, args[0], ind, code)
+            code.add(ind, f"{lhs}{self.view_src(st, args[0], args[1:])}", st.loc)
         elif isinstance(fn, Attr):
             code.add(ind, f"{lhs}{args[0]}.{fn.attr}", st.loc)
         elif isinstance(fn, MakeTuple):
@@ -923,8 +959,15 @@ class ArrayMixin:
             base = st.expr.args[0]
             if base.id in self.p.active:
                 ops = [self.value_ref(q, local) for q in self.view_operands(st)]
-                target = self.view_src(st, self.shadow(base, local), ops)
-                code.add(ind, inplace_src(target, "+", self.dname(st.var)), st.loc)
+                if is_reshape(st.expr.fn):
+                    # the reshape's own buffer, reshaped back into the base's shadow (which
+                    # may not be contiguous: a reshape of it would be a copy)
+                    target = self.shadow(base, local)
+                    code.add(ind, inplace_src(target, "+", f"np.reshape({self.dname(st.var)}, "
+                                                           f"{target}.shape)"), st.loc)
+                else:
+                    target = self.view_src(st, self.shadow(base, local), ops, True)
+                    code.add(ind, inplace_src(target, "+", self.dname(st.var)), st.loc)
             self.consume(st.var, loop, ind, code)
             return
         if kind in ("plain", "view", "source"):

@@ -319,7 +319,16 @@ def is_view_op(fn: Any, args, kinds) -> bool:
         return fn.attr in ("T", "real", "imag")
     if isinstance(fn, InPlace):
         return True
-    return fn in (np.reshape, np.transpose)
+    # reshape and ravel: a view where anything writes through them (checked at run time,
+    # zyg/pullbacks/reshapes.py), values alone otherwise
+    return fn in (np.reshape, np.ravel, np.transpose)
+
+
+# numpy functions whose result may be a view of their first argument, which zyg's alias
+# analysis takes as new arrays (Aliases.refuse_writes_through_views)
+_VIEW_FNS = {np.asarray, np.ascontiguousarray, np.asfortranarray, np.atleast_1d, np.atleast_2d,
+             np.atleast_3d, np.squeeze, np.expand_dims, np.flip, np.fliplr, np.flipud, np.diagonal,
+             np.swapaxes, np.moveaxis, np.broadcast_to, np.real, np.imag, np.rot90}
 
 
 class Aliases:
@@ -353,6 +362,99 @@ class Aliases:
                     if arr(p) and arr(a):
                         self.union(p.id, a.id)
         self.mutated = {self.find(v) for v in mutated_vars}
+        self.refuse_writes_through_views(fn, kinds)
+
+    def refuse_writes_through_views(self, fn: Function, kinds: Dict[int, str]) -> None:
+        """numpy functions that return a view of their argument (``np.flip``, ``np.asarray``,
+        ``np.atleast_2d``...) are new arrays to zyg: a write through their result would reach
+        the argument in numpy but not in zyg's gradient, so it is refused at the line."""
+        from ..errors import UnsupportedSyntax
+        from .prims import InPlace, SetItem
+        defs = {st.var.id: st for blk in fn.iter_blocks() for st in blk.stmts if st.var is not None}
+        writes: Dict[int, List[Tuple[int, int]]] = {}      # class -> [(block, position)]
+        for blk in fn.iter_blocks():
+            for k, st in enumerate(blk.stmts):
+                e = st.expr
+                if isinstance(e.fn, (SetItem, InPlace)) and e.args and isinstance(e.args[0], Var) \
+                        and is_array(kinds.get(e.args[0].id, "")):
+                    writes.setdefault(self.find(e.args[0].id), []).append((blk.id, k))
+
+        uses: Dict[int, List[Tuple[int, int]]] = {}     # var -> [(block, position)]
+        carried: Dict[int, Set[int]] = {}                 # var -> block parameters it is passed to
+        for blk in fn.iter_blocks():
+            for k, st in enumerate(blk.stmts):
+                for a in list(st.expr.args) + list(st.expr.kwargs.values()):
+                    if isinstance(a, Var):
+                        uses.setdefault(a.id, []).append((blk.id, k))
+            for t, args in blk.term.successors():
+                for p, a in zip(fn.blocks[t].params, args):
+                    if isinstance(a, Var):
+                        uses.setdefault(a.id, []).append((blk.id, len(blk.stmts)))
+                        carried.setdefault(a.id, set()).add(p.id)
+            for a in (getattr(blk.term, "value", None), getattr(blk.term, "cond", None)):
+                if isinstance(a, Var):
+                    uses.setdefault(a.id, []).append((blk.id, len(blk.stmts)))
+
+        def reach(bid: int, barrier: Optional[int]) -> Set[int]:
+            """Blocks reachable from the end of ``bid``, not through ``barrier``."""
+            seen, todo = set(), [t for t, _ in fn.blocks[bid].term.successors()]
+            while todo:
+                b = todo.pop()
+                if b not in seen:
+                    seen.add(b)
+                    if b != barrier:
+                        todo += [t for t, _ in fn.blocks[b].term.successors()]
+            seen.discard(barrier)
+            return seen
+
+        def after(b1: int, k1: int, b2: int, k2: int, barrier: Optional[int] = None) -> bool:
+            """Can position (b2, k2) run after (b1, k1) (without passing block ``barrier``,
+            where the value read is defined again)?"""
+            return (b2 == b1 and k2 > k1) or b2 in reach(b1, barrier)
+
+        def written_then_read(a: int, v: int, bid: int, pos: int) -> bool:
+            """Is the class of ``a`` written after (bid, pos), and ``v`` read after that write?
+            (a block parameter carrying ``v`` on is a read)"""
+            names, todo = set(), [v]
+            while todo:
+                x = todo.pop()
+                if x not in names:
+                    names.add(x)
+                    todo += list(carried.get(x, ()))
+            at = [u for x in names for u in uses.get(x, [])]
+            for wb, wk in writes.get(self.find(a), []):
+                if after(bid, pos, wb, wk) and any(after(wb, wk, ub, uk, bid) for ub, uk in at):
+                    return True
+            return False
+
+        for blk in fn.iter_blocks():
+            for pos, st in enumerate(blk.stmts):
+                e = st.expr
+                if st.var is None or not is_array(kinds.get(st.var.id, "")) or not e.args:
+                    continue
+                a0 = e.args[0]
+                if not self.is_mutated(st.var.id) and not (
+                        isinstance(a0, Var) and a0.id in self.parent and
+                        written_then_read(a0.id, st.var.id, blk.id, pos)):
+                    continue
+                try:
+                    if e.fn not in _VIEW_FNS:
+                        continue
+                except TypeError:
+                    continue
+                a = e.args[0]
+                if not isinstance(a, Var) or not is_array(kinds.get(a.id, "")):
+                    continue
+                if e.fn is np.ascontiguousarray and a.id in defs and defs[a.id].expr.fn is np.copy:
+                    continue        # of a fresh copy (a.flatten()): never another array's memory
+                loc = st.loc
+                name = getattr(e.fn, "__name__", "this function")
+                raise UnsupportedSyntax(
+                    f"np.{name}() returns a view of its argument (numpy shares the memory), and the "
+                    "result or the argument is written into afterwards: zyg does not follow writes "
+                    "through it",
+                    loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                    hint=f"write into a copy (np.{name}(a).copy()) or into the argument itself")
 
     def find(self, x: int) -> int:
         self.parent.setdefault(x, x)

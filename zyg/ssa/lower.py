@@ -1335,6 +1335,8 @@ class Lowerer:
             fn = self.make_closure(node.func)
         else:
             fn = self.static_value(node.func)
+        if getattr(fn, "_zyg_reshape", False):
+            fn = np.reshape      # generated code transformed again (zyg/pullbacks/reshapes.py)
         from .lists import call as list_call
         r = list_call(self, fn, node, hint)
         if r is not None:
@@ -1403,13 +1405,18 @@ class Lowerer:
             base = self.expr(node.func.value)
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            if node.func.attr == "flatten":
+                # always a copy (ravel is a view of a C-contiguous array): C-ordered, so
+                # that writes into it are plain writes into a new array
+                if args or kwargs:
+                    raise self.unsupported(node, "flatten() takes no arguments here", "a.flatten()")
+                c = self.emit(np.ascontiguousarray, [self.emit(np.copy, [base], node)], node)
+                return self.emit(np.ravel, [c], node, hint)
             if meth is np.reshape and len(args) != 1:
                 args = [self.emit(MakeTuple(), args, node)]
             elif meth is np.transpose and args:
                 raise self.unsupported(node, "transpose() with axes is not supported", "use a.T")
-            r = self.emit(meth, [base] + args, node, hint, kwargs)
-            # a.flatten() is a copy (np.ravel's result may be a view of a)
-            return self.emit(np.copy, [r], node, hint) if node.func.attr == "flatten" else r
+            return self.emit(meth, [base] + args, node, hint, kwargs)
         if fn is None and isinstance(node.func, gast.Call) and \
                 self.static_value(node.func.func) is builtins.type:
             # type(x)(v): a cast to x's type, resolved when the kinds are known (specialize.py)
