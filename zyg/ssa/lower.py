@@ -1397,6 +1397,10 @@ class Lowerer:
                 args = [self.emit(MakeTuple(), args, node)]
             elif meth is np.transpose and args:
                 raise self.unsupported(node, "transpose() with axes is not supported", "use a.T")
+            elif node.func.attr == "flatten" and not args and not kwargs:
+                # a copy, always (np.ravel gives a view of a contiguous array, which a later
+                # write into the array would change)
+                return self.emit(np.copy, [self.emit(np.ravel, [base], node)], node, hint)
             return self.emit(meth, [base] + args, node, hint, kwargs)
         if fn is None and isinstance(node.func, gast.Call) and \
                 self.static_value(node.func.func) is builtins.type:
