@@ -207,8 +207,18 @@ def tensor3(T):
     return np.sum(T * T * T)
 
 
+def row_views_in_loop(A):
+    A = A * 1.0
+    for i in range(1, 3):
+        row = A[i]
+        row *= A[i - 1]
+        row += A[0]
+        A -= A[i] * 0.5
+    return np.sum(A * A * W6)
+
+
 @pytest.mark.parametrize("f, shape", [
-    (add_self, (4,)), (sub_self, (4,)), (div_self_plus, (4,)), (mul_reversed, (4,)),
+    (row_views_in_loop, (3, 2)), (add_self, (4,)), (sub_self, (4,)), (div_self_plus, (4,)), (mul_reversed, (4,)),
     (div_reversed, (4,)), (sub_reversed, (4,)), (mul_transpose, (2, 2)), (div_row, (3, 2)),
     (add_row_mul_row, (3, 2)), (add_column, (3, 2)), (tensor3, (2, 3, 2))])
 def test_operators_on_shared_memory(f, shape):
