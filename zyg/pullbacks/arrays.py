@@ -258,6 +258,11 @@ class ArrayMixin:
                 raise self.err(st, f"in-place '{InPlace.SYMBOL.get(fn.op)}' on arrays is not supported",
                                cls=UnsupportedSyntax)
             base = e.args[0]
+            # ``a op= b`` where ``b`` may share ``a``'s memory (``d *= d``, ``P -= P[0]``,
+            # ``b += b[::-1]``, ``B += B.T``): numpy reads every element of ``b`` before the
+            # write; the primal copies ``b`` first (numba's ufuncs would compute element by
+            # element) and the adjoint rewinds before it reads ``b``
+            info["overlap"] = self.al.may_share(base, e.args[1])
             info["old"] = f"_o{self.new_tmp()}"
             info["old_kind"] = self.kind(base)
             if in_loop:
@@ -757,7 +762,8 @@ class ArrayMixin:
                     self.push_now(info["old"], args[0], self.kind(e.args[0]), ind, code)
                 else:
                     code.add(ind, f"{info['old']} = {args[0]}.copy()", st.loc)
-            code.add(ind, inplace_src(args[0], InPlace.SYMBOL[fn.op][0], args[1]), st.loc)
+            rhs = f"{args[1]}.copy()" if info["overlap"] else args[1]
+            code.add(ind, inplace_src(args[0], InPlace.SYMBOL[fn.op][0], rhs), st.loc)
             code.add(ind, f"{lhs}{args[0]}", st.loc)
             return
         if isinstance(fn, InPlace):
@@ -931,6 +937,8 @@ class ArrayMixin:
             old = local.get(info["old"], info["old"])
             if old == info["old"] and not loop:
                 self.adj_uses.add(old)
+            if info["overlap"]:
+                return self.adjoint_inplace_shared(st, info, old, local, ind, code)
             if a.id in self.p.active:
                 g = self.shadow(a, local)
                 op = fn.op
@@ -1013,6 +1021,40 @@ class ArrayMixin:
                 self.accumulate(a, text, ne, local, ind, code, st.loc, self.cplx(st))
             self.consume(st.var, loop, ind, code)
         self.restore_alloc(st, info, local, ind, code)
+
+    def adjoint_inplace_shared(self, st: Stmt, info: dict, old: str, local: Dict[str, str], ind: int,
+                               code: Code) -> None:
+        """Reverse of ``a op= b`` where ``b`` may share ``a``'s memory, and so its shadow
+        ``g`` (``d *= d``, ``b += b[::-1]``, ``P -= P[0]``). ``a`` is rewound first, so that
+        ``b`` reads as the primal read it (before the write); ``g``, the cotangent of the
+        result, is copied before anything accumulates into ``b``'s shadow; then ``g``
+        becomes the cotangent that ``a``'s old value gets through the operation, and ``b``'s
+        contribution is added into its shadow, which may overlap it."""
+        a, b = st.expr.args
+        op = st.expr.fn.op
+        if not info.get("skip_old"):
+            code.add(ind, f"{self.arr_value(a, local)}[...] = {old}", st.loc)
+        if a.id not in self.p.active:
+            return
+        g = self.shadow(a, local)
+        g0 = f"_g{self.new_tmp()}"
+        code.add(ind, f"{g0} = {g}.copy()", st.loc)
+        na = self.nd_of(a)
+        cx = self.cplx(st)
+        if op in (operator.mul, operator.truediv):
+            av, bv = self.arr_value(a, local), self.arr_value(b, local)     # the old values
+            if cx:      # the pullback of a product conjugates the other factor
+                av, bv = f"np.conj({av})", f"np.conj({bv})"
+            if op is operator.mul:
+                code.add(ind, f"{g}[...] = {g0} * {bv}", st.loc)
+                self.accumulate(b, f"{g0} * {av}", na, local, ind, code, st.loc, cx)
+            else:
+                code.add(ind, f"{g}[...] = {g0} / {bv}", st.loc)
+                self.accumulate(b, f"-{g0} * {av} / ({bv} * {bv})", na, local, ind, code, st.loc, cx)
+        elif op is operator.add:
+            self.accumulate(b, g0, na, local, ind, code, st.loc, cx)
+        else:
+            self.accumulate(b, f"-{g0}", na, local, ind, code, st.loc, cx)
 
     def restore_alloc(self, st: Stmt, info: dict, local: Dict[str, str], ind: int, code: Code) -> None:
         """Reverse of an allocation in a loop: the buffer gets the previous iteration's contents."""

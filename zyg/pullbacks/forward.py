@@ -208,6 +208,13 @@ class Forward:
         op = InPlace.SYMBOL[e.fn.op][0]
         a, b = e.args[0], e.args[1]
         ta, tb = self.t(a), self.t(b)
+        shared = self.p.aliases.may_share(a, b)
+        if shared:
+            # ``b`` (and its tangent) may share ``a``'s memory: numpy reads all of ``b``
+            # before it writes, numba's ufuncs element by element; copy them first
+            args = [args[0], f"{args[1]}.copy()"]
+            if tb is not None and op in "+-":
+                tb = f"{tb}.copy()"
         if ta is not None:
             if op in "+-":
                 if tb is not None:

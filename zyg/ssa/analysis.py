@@ -474,6 +474,14 @@ class Aliases:
     def is_mutated(self, v: int) -> bool:
         return v in self.parent and self.find(v) in self.mutated
 
+    def may_share(self, a: Any, b: Any) -> bool:
+        """May arrays ``a`` and ``b`` (operands) share memory? Only values of one alias
+        class can: a view and its base, two views of one base, an array and an in-place
+        result or a block parameter it may be. Arguments that the function writes never
+        share memory with other arguments (``safety.py`` rejects the call)."""
+        return (isinstance(a, Var) and isinstance(b, Var) and a.id in self.parent and b.id in self.parent
+                and self.find(a.id) == self.find(b.id))
+
 
 def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
              nondiff: "callable") -> Set[int]:
