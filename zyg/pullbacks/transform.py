@@ -1224,13 +1224,20 @@ class Emitter(ArrayMixin, StructuredMixin):
         return outs
 
 
-DISPATCH_TREE_MIN = 10 ** 6
+# Above this many cases a dispatch loop is a binary search over block ids.  Python's
+# AST nests an elif chain (each 'elif' is the orelse of the 'if' before it), so a chain
+# of n cases is n levels deep for every recursive walk of the generated module: the
+# python target's semantics transformer (numerics.python_semantics) raised
+# RecursionError at ~300 cases (a function of 300 sequential loops), CPython's own
+# parser and compiler recurse on it too.  The search tree is log2(n) deep.
+DISPATCH_TREE_MIN = 32
 
 
 def dispatch(code: Code, ind: int, ids: List[int], case: Callable[[int, int], None]) -> None:
     """The cases of a dispatch loop: an if/elif chain for a few blocks, a binary
     search over block ids for many (a chain of 100 blocks cost GMM's primal 9x:
-    LLVM does not turn numba's comparisons into a switch)."""
+    LLVM does not turn numba's comparisons into a switch; and an elif chain is as
+    deep as it is long, see DISPATCH_TREE_MIN)."""
     if len(ids) <= DISPATCH_TREE_MIN:
         for k, b in enumerate(ids):
             code.put(ind, if_chain(k == 0, f"_blk == {b}"))
