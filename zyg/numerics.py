@@ -283,14 +283,27 @@ _SIGINT_INSTALLED = False
 DEFERRED = [False]       # a Ctrl-C arrived while numba boxed a result: raise it on return
 
 
+_DEFER_LOCK = threading.Lock()     # one of raise_deferred and _redeliver takes the interrupt
+
+
+def _take_deferred() -> bool:
+    with _DEFER_LOCK:
+        was = DEFERRED[0]
+        DEFERRED[0] = False
+        return was
+
+
 def raise_deferred() -> None:
-    """Raise the KeyboardInterrupt deferred while numba boxed a compiled call's result."""
-    DEFERRED[0] = False
-    raise KeyboardInterrupt
+    """Raise the KeyboardInterrupt deferred while numba boxed a compiled call's result
+    (unless the timer of the handler has delivered it already: one Ctrl-C, one
+    KeyboardInterrupt; reading the flag and clearing it apart let both deliver it, the
+    second inside the user's 'except KeyboardInterrupt' block)."""
+    if _take_deferred():
+        raise KeyboardInterrupt
 
 
 def _redeliver(signum: int) -> None:
-    if DEFERRED[0]:
+    if _take_deferred():
         import _thread
         _thread.interrupt_main(signum)
 
