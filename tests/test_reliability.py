@@ -76,7 +76,8 @@ def loops(n: int) -> str:
 
 LONG = [("straight300", straight(300), TARGETS), ("straight1000", straight(1000), ("python",)),
         ("chain300", chain(300), TARGETS), ("nested_ifs30", nested_ifs(30), TARGETS),
-        ("loops300", loops(300), ("python",)), ("loops60", loops(60), ("cpu",))]
+        ("loops300", loops(300), ("python",)),
+        ("loops20", loops(20), ("cpu",))]      # 40 dispatch cases: the search tree on cpu
 
 
 @pytest.mark.parametrize("name,src,targets", LONG, ids=[c[0] for c in LONG])
