@@ -8,8 +8,10 @@ in a later process.  The back ends themselves (python, cpu) are in ``zyg/backend
 from __future__ import annotations
 
 import hashlib
+import contextlib
 import os
 import re
+import sys
 import tempfile
 import threading
 import types
@@ -138,7 +140,42 @@ def _holds(path: str, text: str) -> bool:
         return False
 
 
+# numba's SSA reconstruction (numba/core/ssa.py: _find_def_from_top and
+# _find_def_from_bottom call each other once per block on the way to a definition) is as
+# deep as the chain of blocks a variable's definition is looked up through: a straight-line
+# function of 300 statements is ~500 blocks in numba's CFG (every zero-cotangent guard is
+# an 'if'), and RecursionError at Python's default limit of 1000.  It is numba's code, so
+# the limit is raised while numba compiles zyg's generated modules, to a bound: on
+# Python >= 3.11 these pure-Python calls take no C stack, and below that each frame takes
+# well under 1 KiB of the 8 MiB of the main thread.
+NUMBA_RECURSION_LIMIT = 20000
+_LIMIT_LOCK = threading.Lock()
+_LIMIT_USERS = [0, 0]        # compiles running, the limit before the first of them
+
+
+@contextlib.contextmanager
+def _numba_recursion_limit():
+    with _LIMIT_LOCK:
+        if _LIMIT_USERS[0] == 0:
+            _LIMIT_USERS[1] = sys.getrecursionlimit()
+            if _LIMIT_USERS[1] < NUMBA_RECURSION_LIMIT:
+                sys.setrecursionlimit(NUMBA_RECURSION_LIMIT)
+        _LIMIT_USERS[0] += 1
+    try:
+        yield
+    finally:
+        with _LIMIT_LOCK:
+            _LIMIT_USERS[0] -= 1
+            if _LIMIT_USERS[0] == 0 and sys.getrecursionlimit() == NUMBA_RECURSION_LIMIT:
+                sys.setrecursionlimit(_LIMIT_USERS[1])
+
+
 def compile_for_types(dispatcher, sig: tuple) -> None:
+    with _numba_recursion_limit():
+        _compile_for_types(dispatcher, sig)
+
+
+def _compile_for_types(dispatcher, sig: tuple) -> None:
     """``dispatcher.compile(sig)``, rebuilding instead of failing when numba's on-disk
     cache of it is damaged (a truncated index or data file raises from numba's loader)."""
     import numba.core.errors as nerr

@@ -19,10 +19,12 @@ code's cache key (:func:`options_tag`).
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import os
+import sys
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 _BOUNDSCHECK: Optional[bool] = None
 
@@ -92,6 +94,7 @@ def _compiled(key: Any, src: str, glob: Dict[str, Any]) -> Callable:
             if f is None:
                 ns = dict(glob)
                 exec(src, ns)
+                numba_ready()
                 import numba
                 f = _FALLBACKS[key] = numba.njit(error_model="numpy")(ns["_f"])
     return f
@@ -215,20 +218,92 @@ def python_semantics(text: str, path: str, ns: Dict[str, Any]):
     return compile(tree, path, "exec")
 
 
+# -- Ctrl-C during numba's import and the set-up of its registries ------------------------
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """Run a block that a Ctrl-C must not cut; an interrupt that arrives during it is
+    delivered (to the handler that was in force) when it ends.  Only in the main thread,
+    where signal handlers run; elsewhere the block runs as it is."""
+    import signal
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: List[int] = []
+    try:
+        old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    except (ValueError, TypeError):     # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            if callable(old):
+                old(signal.SIGINT, sys._getframe())
+            elif old == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
+
+
+_NUMBA_READY = [False]
+
+
+def _warm(x):
+    return x + 1.0
+
+
+def numba_ready() -> None:
+    """Import numba and set up what its first compile sets up (its registries of typing and
+    lowering, the compiler's modules), with Ctrl-C deferred.
+
+    numba imports much of itself lazily, on the first compile.  A KeyboardInterrupt in the
+    middle of an import leaves the package without the attribute of a submodule that did
+    finish (the parent is removed from sys.modules and imported again, the finished
+    submodule is not: "module 'numba' has no attribute 'core'" on every later compile), and
+    one in the middle of a registry's first load kills the generator that streams it
+    ("generator raised StopIteration").  zyg calls this before its first numba compile: a
+    Ctrl-C during it waits the second or two it takes."""
+    if _NUMBA_READY[0]:
+        return
+    with sigint_deferred():
+        import numba
+        import numba.core.errors            # noqa: F401  (what zyg's messages use)
+        import numba.core.serialize         # noqa: F401  (the SIGINT guard)
+        from numba.core.registry import cpu_target
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+        numba.njit(_warm)(1.0)
+        _NUMBA_READY[0] = True
+
+
 # -- SIGINT while numba boxes results ------------------------------------------------------
 
 _SIGINT_INSTALLED = False
 DEFERRED = [False]       # a Ctrl-C arrived while numba boxed a result: raise it on return
 
 
+_DEFER_LOCK = threading.Lock()     # one of raise_deferred and _redeliver takes the interrupt
+
+
+def _take_deferred() -> bool:
+    with _DEFER_LOCK:
+        was = DEFERRED[0]
+        DEFERRED[0] = False
+        return was
+
+
 def raise_deferred() -> None:
-    """Raise the KeyboardInterrupt deferred while numba boxed a compiled call's result."""
-    DEFERRED[0] = False
-    raise KeyboardInterrupt
+    """Raise the KeyboardInterrupt deferred while numba boxed a compiled call's result
+    (unless the timer of the handler has delivered it already: one Ctrl-C, one
+    KeyboardInterrupt; reading the flag and clearing it apart let both deliver it, the
+    second inside the user's 'except KeyboardInterrupt' block)."""
+    if _take_deferred():
+        raise KeyboardInterrupt
 
 
 def _redeliver(signum: int) -> None:
-    if DEFERRED[0]:
+    if _take_deferred():
         import _thread
         _thread.interrupt_main(signum)
 

@@ -36,6 +36,7 @@ class CpuBackend(Backend):
         return numerics.options_tag()
 
     def prepare(self) -> None:
+        numerics.numba_ready()          # numba's lazy imports, not cut by a Ctrl-C
         numerics.install_sigint_guard()
 
     def jit(self, fn: Callable, **kw) -> Callable:

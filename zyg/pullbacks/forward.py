@@ -29,13 +29,14 @@ from ..errors import NoAdjoint, TypeMismatch, UnsupportedSyntax
 from ..rules import arrays as arules, dispatch
 from ..rules import registry
 from ..ssa.analysis import array_ndim, is_array, is_complex, is_tuple
-from ..ssa.emit import INFIX, PREFIX, Code, Def, Else, If, Namespace, While, const_src, if_chain, var_name
+from ..ssa.emit import INFIX, PREFIX, Code, Def, Else, If, Namespace, While, const_src, var_name
 from ..ssa.ir import Branch, Const, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
 from .arrays import inplace_src, zero_of
 from ..rules.closure import render, resolve_global
 from .helpers import helpers as tape_helpers
 from .reshapes import Reshapes, is_reshape, shape_src
+from .transform import dispatch as dispatch_cases
 
 STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward._find_loops)
 
@@ -413,23 +414,23 @@ class Forward:
             self._find_loops()
             self.term(entry, 1, code)
             code.put(1, While("_blk >= 0"))     # not 'while True': see transform.primal()
-            first = True
-            for blk in fn.iter_blocks():
-                if blk.id == entry.id or blk.id in self.s_inner:
-                    continue
-                code.put(2, if_chain(first, f"_blk == {blk.id}"))
-                first = False
+
+            def case(bid: int, i: int) -> None:
+                blk = fn.blocks[bid]
                 if blk.id in self.s_loops:
                     # a structured loop nest: one dispatch case
-                    X = self.s_loop(blk.id, 3, code)
-                    code.add(3, f"_blk = {X}")
-                    continue
+                    X = self.s_loop(blk.id, i, code)
+                    code.add(i, f"_blk = {X}")
+                    return
                 for st in blk.stmts:
-                    self.stmt(st, 3, code)
+                    self.stmt(st, i, code)
                 if isinstance(blk.term, Return):
-                    self.ret(blk.term, 3, code, loop=True)
+                    self.ret(blk.term, i, code, loop=True)
                 else:
-                    self.term(blk, 3, code)
+                    self.term(blk, i, code)
+            # an if/elif chain, or a search tree for many blocks (bounded nesting)
+            dispatch_cases(code, 2, [b.id for b in fn.iter_blocks()
+                                     if b.id != entry.id and b.id not in self.s_inner], case)
         code.add(1, "return _ret, _tret")
         for k, v in tape_helpers(self.p.backend).items():
             self.ns.ns[k] = v

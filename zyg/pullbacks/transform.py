@@ -947,11 +947,16 @@ class Emitter(ArrayMixin, StructuredMixin):
         rv = ret_blk.term.value
         for k, a in enumerate(self.p.ret_parts or ()):
             # a returned tuple: _dy is a tuple of the leaves' cotangents
+            # (several leaves may share memory, (B, B), (B, B.T), (x, x[0]): each adds
+            # into the shadow of its base, a view of it for a view)
             if self.is_active(a):
-                code.add(ind, f"{self.shadow(a, {}) if self.is_arr(a) else self.dname(a)} += _dy[{k}]")
+                if self.is_arr(a):
+                    self.seed_array(a, f"_dy[{k}]", ind, code)
+                else:
+                    code.add(ind, f"{self.dname(a)} += _dy[{k}]")
         if self.is_active(rv):
             if self.is_arr(rv):
-                code.add(ind, f"{self.shadow(rv, {})} += _dy")
+                self.seed_array(rv, "_dy", ind, code)
             else:
                 code.add(ind, f"{self.dname(rv)} = _dy")
         code.add(ind, f"_blk = {ret_blk.id}")
@@ -976,6 +981,18 @@ class Emitter(ArrayMixin, StructuredMixin):
             self.adjoint_block(blk, i2, code)
         dispatch(code, ind + 1, [b for b in reversed(fn.order) if b not in self.a_inline
                                  and (b not in self.struct_blocks or b in self.struct_roots)], case)
+
+    def seed_array(self, a, dy: str, ind: int, code: Code) -> None:
+        """Add the cotangent ``dy`` of returned array ``a`` into its shadow.  The shadow of a
+        view is a view expression (``dB_3.T``, ``dB_3[0]``), which '+=' cannot assign to
+        ('dB_3.T += dy' raised "attribute 'T' ... is not writable"): the accumulation helper
+        adds into it in place."""
+        sh = self.shadow(a, {})
+        nd = array_ndim(self.kind(a))
+        if sh.isidentifier() or nd == 0:
+            code.add(ind, f"{sh} += {dy}")
+        else:
+            code.add(ind, f"_zyg_acc_{nd}_{nd}({sh}, {dy})")
 
     def adjoint_block(self, blk, i2: int, code: Code) -> None:
         """Reverse of one block: pop residuals, run pullbacks backwards, go to the predecessor."""
@@ -1291,13 +1308,20 @@ class Emitter(ArrayMixin, StructuredMixin):
         return outs
 
 
-DISPATCH_TREE_MIN = 10 ** 6
+# Above this many cases a dispatch loop is a binary search over block ids.  Python's
+# AST nests an elif chain (each 'elif' is the orelse of the 'if' before it), so a chain
+# of n cases is n levels deep for every recursive walk of the generated module: the
+# python target's semantics transformer (numerics.python_semantics) raised
+# RecursionError at ~300 cases (a function of 300 sequential loops), CPython's own
+# parser and compiler recurse on it too.  The search tree is log2(n) deep.
+DISPATCH_TREE_MIN = 32
 
 
 def dispatch(code: Code, ind: int, ids: List[int], case: Callable[[int, int], None]) -> None:
     """The cases of a dispatch loop: an if/elif chain for a few blocks, a binary
     search over block ids for many (a chain of 100 blocks cost GMM's primal 9x:
-    LLVM does not turn numba's comparisons into a switch)."""
+    LLVM does not turn numba's comparisons into a switch; and an elif chain is as
+    deep as it is long, see DISPATCH_TREE_MIN)."""
     if len(ids) <= DISPATCH_TREE_MIN:
         for k, b in enumerate(ids):
             code.put(ind, if_chain(k == 0, f"_blk == {b}"))

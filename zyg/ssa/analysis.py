@@ -545,10 +545,18 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
         if isinstance(blk.term, Return) and isinstance(blk.term.value, Var):
             useful.add(blk.term.value.id)
     changed = True
+    blocks_back = [fn.blocks[b] for b in reversed(fn.order)]
     while changed:
         changed = spread(useful)
-        for blk in fn.iter_blocks():
-            for st in blk.stmts:
+        # backwards, as usefulness flows: in block order each round carried it one
+        # block further up, a round per block (quadratic in the number of blocks)
+        for blk in blocks_back:
+            for target, args in blk.term.successors():
+                for p, a in zip(fn.blocks[target].params, args):
+                    if p.id in useful and isinstance(a, Var) and a.id not in useful:
+                        useful.add(a.id)
+                        changed = True
+            for st in reversed(blk.stmts):
                 if isinstance(st.expr.fn, SetItem):
                     base, val = st.expr.args[0], st.expr.args[-1]
                     if isinstance(base, Var) and base.id in useful and isinstance(val, Var) \
@@ -561,11 +569,6 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
                         if isinstance(a, Var) and a.id not in useful:
                             useful.add(a.id)
                             changed = True
-            for target, args in blk.term.successors():
-                for p, a in zip(fn.blocks[target].params, args):
-                    if p.id in useful and isinstance(a, Var) and a.id not in useful:
-                        useful.add(a.id)
-                        changed = True
     return varied & useful
 
 

@@ -331,9 +331,10 @@ class Code:
 
     def truncate(self, n: int) -> List[Tuple[int, Node, Optional[Loc]]]:
         """Remove and return the statements from index ``n`` on, with their locations."""
-        out = [(ind, node, self.locs.get(k + 1)) for k, (ind, node) in enumerate(self.body) if k >= n]
+        out = [(ind, node, self.locs.get(k + 1)) for k, (ind, node) in enumerate(self.body[n:], n)]
+        for k in range(n + 1, len(self.body) + 1):     # linear in what is removed
+            self.locs.pop(k, None)
         del self.body[n:]
-        self.locs = {k: v for k, v in self.locs.items() if k <= n}
         return out
 
     def tree(self, start: int = 0) -> List[Union[Block, Leaf]]:

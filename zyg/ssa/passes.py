@@ -37,23 +37,52 @@ def operands_of(fn: Function):
 
 
 def dominators(fn: Function) -> Dict[int, Set[int]]:
-    """Dominator sets, by the iterative data-flow algorithm (CFGs here are small)."""
+    """Dominator sets: the immediate dominators by Cooper, Harvey and Kennedy's iterative
+    algorithm over the reverse postorder, then each block's set is its immediate
+    dominator's plus itself.  (The data-flow algorithm over sets started every set full,
+    a set of every block per block: 1.7 s of a 300-loop function's transform.)  A block
+    the entry does not reach dominates only itself."""
     preds = fn.predecessors()
-    allb = set(fn.order)
-    dom = {b: set(allb) for b in fn.order}
     entry = fn.order[0]
-    dom[entry] = {entry}
+    post: List[int] = []
+    seen = {entry}
+    stack = [(entry, iter(fn.blocks[entry].successors()))]
+    while stack:                     # iterative depth-first search: no recursion limit
+        b, it = stack[-1]
+        for s in it:
+            if s not in seen:
+                seen.add(s)
+                stack.append((s, iter(fn.blocks[s].successors())))
+                break
+        else:
+            stack.pop()
+            post.append(b)
+    rpo = post[::-1]
+    num = {b: i for i, b in enumerate(rpo)}
+    idom: Dict[int, int] = {entry: entry}
+
+    def meet(a: int, b: int) -> int:
+        while a != b:
+            while num[a] > num[b]:
+                a = idom[a]
+            while num[b] > num[a]:
+                b = idom[b]
+        return a
     changed = True
     while changed:
         changed = False
-        for b in fn.order[1:]:
-            ps = preds[b]
-            new = set.intersection(*(dom[p] for p in ps)) if ps else set()
-            new = new | {b}
-            if new != dom[b]:
-                dom[b] = new
+        for b in rpo[1:]:
+            new = None
+            for p in preds[b]:
+                if p in idom:
+                    new = p if new is None else meet(p, new)
+            if new is not None and idom.get(b) != new:
+                idom[b] = new
                 changed = True
-    return dom
+    dom: Dict[int, Set[int]] = {}
+    for b in rpo:
+        dom[b] = {b} if b == entry else dom[idom[b]] | {b}
+    return {b: dom.get(b, {b}) for b in fn.order}
 
 
 def verify(fn: Function, after: str = "?") -> None:
@@ -391,26 +420,33 @@ def merge_straight_blocks(fn: Function) -> Function:
     Fewer blocks means fewer dispatch-loop transitions in the emitted code (in
     numba, LLVM does not always thread every transition of a long chain).
     """
-    changed = True
-    while changed:
-        changed = False
-        preds = fn.predecessors()
-        for b in list(fn.order):
-            blk = fn.blocks.get(b)
-            if blk is None or not isinstance(blk.term, Jump):
-                continue
+    # one sweep: each block absorbs the chain of blocks it is the only entry of (the
+    # predecessor lists are updated as blocks go), and the block parameters of every
+    # absorbed block are substituted once at the end (a substitution and a predecessor
+    # scan of the whole function per merge made this pass quadratic: 20 s of a 24 s
+    # transform for a function of 300 sequential loops)
+    preds = fn.predecessors()
+    subst: Dict[int, Operand] = {}
+    entry = fn.order[0]
+    for b in list(fn.order):
+        blk = fn.blocks.get(b)
+        if blk is None:
+            continue
+        while isinstance(blk.term, Jump):
             c = blk.term.target
-            if c == b or c == fn.order[0] or preds[c] != [b]:
-                continue
+            if c == b or c == entry or preds[c] != [b]:
+                break
             nxt = fn.blocks[c]
-            subst = {p.id: a for p, a in zip(nxt.params, blk.term.args)}
+            subst.update({p.id: a for p, a in zip(nxt.params, blk.term.args)})
             blk.stmts += nxt.stmts
             blk.term = nxt.term
+            for s in nxt.successors():
+                preds[s] = [b if q == c else q for q in preds[s]]
+            del preds[c]
             fn.order.remove(c)
             del fn.blocks[c]
-            _substitute(fn, subst)
-            changed = True
-            break
+    if subst:
+        _substitute(fn, subst)
     # keep the return block last
     ret = [b for b in fn.order if isinstance(fn.blocks[b].term, Return)]
     for r in ret:
