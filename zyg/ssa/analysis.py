@@ -432,15 +432,15 @@ class Aliases:
                 e = st.expr
                 if st.var is None or not is_array(kinds.get(st.var.id, "")) or not e.args:
                     continue
-                a0 = e.args[0]
-                if not self.is_mutated(st.var.id) and not (
-                        isinstance(a0, Var) and a0.id in self.parent and
-                        written_then_read(a0.id, st.var.id, blk.id, pos)):
-                    continue
                 try:
                     if e.fn not in _VIEW_FNS:
                         continue
                 except TypeError:
+                    continue
+                a0 = e.args[0]
+                if not self.is_mutated(st.var.id) and not (
+                        isinstance(a0, Var) and a0.id in self.parent and
+                        written_then_read(a0.id, st.var.id, blk.id, pos)):
                     continue
                 a = e.args[0]
                 if not isinstance(a, Var) or not is_array(kinds.get(a.id, "")):
