@@ -529,12 +529,23 @@ class Forward:
             rhs.append(zero_of(self.kind(p)) if isinstance(a, Undef) else self.src(a))
             if self.active(p):
                 lhs.append("t_" + var_name(p))
-                rhs.append(self.tz(a) if not is_array(self.kind(p)) or self.active(a)
-                           else f"np.zeros_like({self.src(a)})")
+                rhs.append(self.edge_tangent(p, a))
         if lhs:
             code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
         if goto:
             code.add(ind, f"_blk = {target}")
+
+    def edge_tangent(self, p, a) -> str:
+        """The tangent passed to block parameter ``p`` for operand ``a``: a zero of the
+        parameter's kind where ``a`` has no tangent.  An undefined operand (a path that
+        raised) takes the zero of ``p``'s kind, not ``zeros_like`` of its placeholder
+        (a 0-d array where ``p`` is a 1-d array: numba cannot unify them)."""
+        k = self.kind(p)
+        if isinstance(a, Undef):
+            return zero_of(k) if is_array(k) else "0.0"
+        if is_array(k) and not self.active(a):
+            return f"np.zeros_like({self.src(a)})"
+        return self.tz(a)
 
     def term(self, blk, ind: int, code: Code) -> None:
         t = blk.term
