@@ -34,6 +34,7 @@ from ..ssa.ir import Branch, Const, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
 from .arrays import inplace_src, zero_of
 from ..rules.closure import render, resolve_global
+from . import guards
 from .helpers import helpers as tape_helpers
 
 STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward._find_loops)
@@ -115,6 +116,11 @@ class Forward:
             return fn.primal_src(self, st, args)
         if isinstance(fn, (Checkpointed, Recursive)):
             raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
+        if fn is guards.nonzero and len(args) == 1 and self.active(e.args[0]):
+            # a zero-cotangent test of an adjoint: skip only where the cotangent and its
+            # tangent are both zero (guards.py); a call again, for a third derivative
+            nz = self.ns.ref(guards.nonzero, "_zyg_nonzero")
+            return f"({nz}({args[0]}) or {nz}({self.t(e.args[0])}))"
         if isinstance(fn, GetItem):
             if tuple(fn.spec) == ("e",):
                 return args[0]      # x[...] is all of x (numba cannot read x[...])
