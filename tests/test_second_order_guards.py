@@ -220,3 +220,13 @@ def test_bad_calls_still_raise():
         zyg.jvp(with_default, (1.0,), (1.0,), target="python")
     with pytest.raises(TypeError, match="unexpected keyword"):
         zyg.hessian(with_default, target="python")(1.0, 0.5, q=1.0)
+
+
+def grad_penalty(x):
+    return zyg.grad(half_square)(x) + math.sin(x)     # x / 2 + sin x: derivative 1.5 at 0
+
+
+def test_grad_call_inside_where_adjoint_is_zero():
+    # the reverse rule and the forward mode of a zyg.grad call are forward over reverse too
+    assert zyg.grad(grad_penalty, target="python")(0.0) == pytest.approx(1.5, abs=1e-12)
+    assert zyg.jvp(grad_penalty, (0.0,), (1.0,), target="python")[1] == pytest.approx(1.5, abs=1e-12)
