@@ -403,12 +403,12 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     binder = getattr(G, "_zyg_binder", None)
 
     def g(*args, **kwargs):
-        nums, single = _normalise_argnums(argnums, len(args))
         if binder is not None:
             # the innermost function's defaults, keywords, method or partial (entry.py)
             args = binder.bind(args, kwargs, g.__name__)
         elif kwargs:
             raise TypeError(f"{g.__name__}() takes no keyword arguments")
+        nums, single = _normalise_argnums(argnums, len(args))     # as grad: of the bound call
         src = _derivative_source(G, args)
         nuser = len(args)
         args = _full_args(G, args)         # the innermost function's hidden arguments too
