@@ -116,11 +116,11 @@ class Forward:
             return fn.primal_src(self, st, args)
         if isinstance(fn, (Checkpointed, Recursive)):
             raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
-        if fn is guards.nonzero and len(args) == 1 and self.active(e.args[0]):
-            # a zero-cotangent test of an adjoint: skip only where the cotangent and its
-            # tangent are both zero (guards.py); a call again, for a third derivative
-            nz = self.ns.ref(guards.nonzero, "_zyg_nonzero")
-            return f"({nz}({args[0]}) or {nz}({self.t(e.args[0])}))"
+        if fn is guards.nonzero and not e.kwargs:
+            # a zero-cotangent test of an adjoint: skip only where the cotangents and their
+            # tangents are all zero (guards.py); one call again, for a third derivative
+            tans = [self.t(a) for a in e.args if self.active(a)]
+            return f"{self.ns.ref(guards.nonzero)}({', '.join(list(args) + tans)})"
         if isinstance(fn, GetItem):
             if tuple(fn.spec) == ("e",):
                 return args[0]      # x[...] is all of x (numba cannot read x[...])

@@ -11,21 +11,26 @@ when the branch is not taken (``f(x) = (x / 2) ** 2`` gave ``f''(0) = 0``, not 0
 So the gradient source that is lowered again writes the test as ``nonzero(dy)``, a
 function the front end keeps as a call (it is declared non-differentiable), and the
 forward transform writes the test of a statement with an active ``dy`` as
-``nonzero(dy) or nonzero(t_dy)``: the contributions are skipped only where both the
+``nonzero(dy, t_dy)`` (one call, not ``or``: no new blocks in
+the code lowered again): the contributions are skipped only where both the
 value and the tangent of the cotangent are zero, which still keeps ``0 * inf`` out
 wherever a value reaches neither the output nor its derivative.  (Where only ``t_dy``
 is nonzero and a partial is infinite, the second derivative is infinite too, and the
-result is inf or nan, not a finite wrong number.)  The test stays ``nonzero(...)`` in
-the forward code, so a third derivative treats it the same way.
+result is inf or nan, not a finite wrong number.)  The test stays a call of ``nonzero`` in
+the forward code, so a third derivative treats it the same way (``nonzero(d, t, t2, tt2)``).
 """
 from __future__ import annotations
 
 from ..ssa import hooks
 
 
-def nonzero(d):
-    """``d != 0``: the zero-cotangent test of an adjoint that is differentiated again."""
-    return d != 0
+def nonzero(*ds):
+    """Whether any of ``ds`` is nonzero: ``nonzero(dy)`` is the zero-cotangent test of an
+    adjoint that is differentiated again, ``nonzero(dy, t_dy)`` its forward mode."""
+    for d in ds:
+        if d != 0:
+            return True
+    return False
 
 
 hooks.generated_nondifferentiable(nonzero)
