@@ -18,6 +18,7 @@ from . import backends
 from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
                      _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
                      pullback, ssa_of, to_native, transform)
+from .entry import adapt
 from .errors import TypeMismatch
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
@@ -111,6 +112,18 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
 _JVPS: Dict[Any, Callable] = {}
 
 
+def _bind(f: Callable, args: Sequence[Any], kwargs: Optional[dict] = None) -> Tuple[Callable, tuple]:
+    """The function to transform in place of ``f`` and the full positional arguments of
+    the call ``f(*args, **kwargs)``: defaults, keyword-only defaults, a method's object and
+    a partial's values filled in as ``zyg.grad`` does (zyg/entry.py)."""
+    g, binder = adapt(f)
+    if binder is None:
+        if kwargs:
+            raise TypeError(f"{getattr(unwrap(f), '__name__', 'f')}() takes no keyword arguments")
+        return g, tuple(args)
+    return g, binder.bind(tuple(args), dict(kwargs or {}), getattr(unwrap(f), "__name__", "f"))
+
+
 def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         target: str = "cpu") -> Tuple[Any, Any]:
     """Forward mode: ``(f(*primals), J @ tangents)``, the Jacobian-vector product.
@@ -125,6 +138,9 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     tangents = tuple(tangents)
     if len(primals) != len(tangents):
         raise TypeMismatch(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    # defaults, methods, partials (zyg/entry.py): their values get no tangent
+    f, primals = _bind(f, primals)
+    tangents = tangents + (None,) * (len(primals) - len(tangents))
     backend = backends.get(target)      # ValueError for an unknown target
     if _dicts.has_dict(primals):
         # dict arguments (zyg/dicts.py): their tangents are dicts of the same keys
@@ -292,7 +308,7 @@ def _run_compiled(slot: list, k: int, args: tuple):
 def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
     """Hessian-vector product ``H(x) @ v`` of a real function ``f(x, *rest)`` w.r.t. ``x``,
     without forming the Hessian: forward mode over the reverse-mode gradient (one pass)."""
-    args = (x,) + tuple(rest)
+    f, args = _bind(f, (x,) + tuple(rest))     # defaults, methods, partials
     _refuse_dicts("hvp", f, args)
     if backends.get(target).native_byte_order:
         args = tuple(to_native(a) for a in args)
@@ -314,15 +330,16 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
     if not isinstance(argnums, (int, np.integer)):
         raise TypeError("hessian takes one argnum")
 
-    def h(*args):
+    def h(*args, **kwargs):
         a = int(argnums) % len(args)
-        _refuse_dicts("hessian", f, args)
+        fn, args = _bind(f, args, kwargs)       # defaults, keywords, methods, partials
+        _refuse_dicts("hessian", fn, args)
         if backends.get(target).native_byte_order:
             args = tuple(to_native(a) for a in args)
         x = args[a]
         if isinstance(x, np.ndarray) and x.ndim != 1:
             raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
-        return _run_compiled(_second_order(f, args, a, target), 0, _full_args(f, args))
+        return _run_compiled(_second_order(fn, args, a, target), 0, _full_args(fn, args))
     h.__name__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
     return h
 
@@ -383,8 +400,15 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     (one pass per float argument, one per element of an array argument)."""
     value = mode == "value_and_grad"
 
-    def g(*args):
-        nums, single = _normalise_argnums(argnums, len(args))
+    binder = getattr(G, "_zyg_binder", None)
+
+    def g(*args, **kwargs):
+        if binder is not None:
+            # the innermost function's defaults, keywords, method or partial (entry.py)
+            args = binder.bind(args, kwargs, g.__name__)
+        elif kwargs:
+            raise TypeError(f"{g.__name__}() takes no keyword arguments")
+        nums, single = _normalise_argnums(argnums, len(args))     # as grad: of the bound call
         src = _derivative_source(G, args)
         nuser = len(args)
         args = _full_args(G, args)         # the innermost function's hidden arguments too
@@ -426,6 +450,7 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     g.__name__ = f"grad_{getattr(G, '__name__', 'f')}"
     g._zyg = _Specializer.__new__(_Specializer)
     g._zyg.f, g._zyg.argnums, g._zyg.mode, g._zyg.target = G, argnums, mode, target
+    g._zyg_binder = binder
     return g
 
 
@@ -442,16 +467,17 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
     if not isinstance(argnums, (int, np.integer)):
         raise TypeError("jacobian takes one argnum")
 
-    def jac(*args):
+    def jac(*args, **kwargs):
         i = int(argnums) % len(args)
-        _refuse_dicts("jacobian", f, args, only=i)
+        fn, args = _bind(f, args, kwargs)       # defaults, keywords, methods, partials
+        _refuse_dicts("jacobian", fn, args, only=i)
         x = args[i]
         if not (isinstance(x, (float, np.floating)) or
                 isinstance(x, np.ndarray) and x.dtype.kind == "f"):
             raise TypeMismatch(f"jacobian: argument {i} must be a float or a float array")
         xs = np.shape(x)
         n_in = int(np.prod(xs)) if xs else 1
-        y0 = f(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        y0 = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
         if isinstance(y0, tuple):
             raise TypeMismatch("jacobian: tuple results are not supported; take one entry")
         ys = np.shape(y0)
@@ -467,11 +493,11 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                     t[i] = e
                 else:
                     t[i] = 1.0
-                _, ty = jvp(f, args, tuple(t), target=target)
+                _, ty = jvp(fn, args, tuple(t), target=target)
                 J[:, k] = np.ravel(ty)
         else:
             fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-            y, back = pullback(f, *fresh, target=target)
+            y, back = pullback(fn, *fresh, target=target)
             for r in range(n_out):
                 if ys:
                     dy = np.zeros(ys, np.asarray(y).dtype)
@@ -479,7 +505,7 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                 else:
                     dy = 1.0
                 if r:
-                    y, back = pullback(f, *[a.copy() if isinstance(a, np.ndarray) else a
+                    y, back = pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a
                                             for a in args], target=target)
                 g = back(dy)[i]
                 J[r, :] = 0.0 if g is None else np.ravel(g)

@@ -34,6 +34,7 @@ from ..ssa.ir import Branch, Const, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
 from .arrays import inplace_src, zero_of
 from ..rules.closure import render, resolve_global
+from . import guards
 from .helpers import helpers as tape_helpers
 from .reshapes import Reshapes, is_reshape, shape_src
 from .transform import dispatch as dispatch_cases
@@ -127,6 +128,11 @@ class Forward:
             return fn.primal_src(self, st, args)
         if isinstance(fn, (Checkpointed, Recursive)):
             raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
+        if fn is guards.nonzero and not e.kwargs:
+            # a zero-cotangent test of an adjoint: skip only where the cotangents and their
+            # tangents are all zero (guards.py); one call again, for a third derivative
+            tans = [self.t(a) for a in e.args if self.active(a)]
+            return f"{self.ns.ref(guards.nonzero)}({', '.join(list(args) + tans)})"
         if isinstance(fn, GetItem):
             if tuple(fn.spec) == ("e",):
                 return args[0]      # x[...] is all of x (numba cannot read x[...])
@@ -560,13 +566,23 @@ class Forward:
             rhs.append(zero_of(self.kind(p)) if isinstance(a, Undef) else self.src(a))
             if self.active(p):
                 lhs.append("t_" + var_name(p))
-                rhs.append(zero_of(self.kind(p)) if isinstance(a, Undef)
-                           else self.tz(a) if not is_array(self.kind(p)) or self.active(a)
-                           else f"np.zeros_like({self.src(a)})")
+                rhs.append(self.edge_tangent(p, a))
         if lhs:
             code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
         if goto:
             code.add(ind, f"_blk = {target}")
+
+    def edge_tangent(self, p, a) -> str:
+        """The tangent passed to block parameter ``p`` for operand ``a``: a zero of the
+        parameter's kind where ``a`` has no tangent.  An undefined operand (a path that
+        raised) takes the zero of ``p``'s kind, not ``zeros_like`` of its placeholder
+        (a 0-d array where ``p`` is a 1-d array: numba cannot unify them)."""
+        k = self.kind(p)
+        if isinstance(a, Undef):
+            return zero_of(k)
+        if is_array(k) and not self.active(a):
+            return f"np.zeros_like({self.src(a)})"
+        return self.tz(a)
 
     def term(self, blk, ind: int, code: Code) -> None:
         t = blk.term

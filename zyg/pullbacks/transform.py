@@ -45,6 +45,7 @@ from ..ssa.passes import dominators, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
 from ..rules.linalg import is_tuple_call, split_tuple_calls
 from ..rules.higher import recursive_calls
+from . import guards
 from .helpers import helpers
 from .specialize import specialize
 from .tape import KIND_STACK, STACKS, grow
@@ -267,6 +268,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         # they cost most; the fused gradient then checks its outputs for nan instead
         self.zero_guards = True
         self.loop_guards = 0
+        # the code is lowered and differentiated again (forward over reverse): the zero
+        # tests are calls of guards.nonzero, which forward mode knows
+        self.relowered = False
         self._find_counted_loops()
         self._find_simple_loops()
         self._prepare()
@@ -1060,7 +1064,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             self.loop_guards += 1
             guard = self.zero_guards
         if guard and conv.back_exprs is not None:
-            code.put(ind, If(f"{dy} != 0"), st.loc)
+            code.put(ind, If(self.nonzero_test(dy)), st.loc)
             ind += 1
         if conv.back_exprs is not None:
             mapping = {}
@@ -1097,7 +1101,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             code.add(ind, f"_g = {h}({', '.join(bargs + [dy])})", st.loc)
             if guard:
                 # the helper still runs (it may pop records); its result is dropped
-                code.put(ind, If(f"{dy} != 0"), st.loc)
+                code.put(ind, If(self.nonzero_test(dy)), st.loc)
                 ind += 1
             for i, a in targets:
                 code.add(ind, f"{self.dname(a)} += {self.proj(a, f'_g[{i}]', self.cplx(st))}", st.loc)
@@ -1105,6 +1109,13 @@ class Emitter(ArrayMixin, StructuredMixin):
             ind -= 1
         if self.in_loop(blk.id):
             code.add(ind, f"{dy} = {ZERO.get(self.kind(st.var), '0.0')}")
+
+    def nonzero_test(self, dy: str) -> str:
+        """The zero-cotangent test of ``dy``: ``nonzero(dy)`` in code that is lowered and
+        differentiated again, whose forward mode also tests the tangent (guards.py)."""
+        if self.relowered:
+            return f"{self.ns.ref(guards.nonzero, '_zyg_nonzero')}({dy})"
+        return f"{dy} != 0"
 
     def adjoint_entry(self, blk, ind: int, code: Code, only: Optional[int] = None, cont=None) -> None:
         """Hand the cotangents of ``blk``'s parameters to the edge that was taken, then go
@@ -1476,13 +1487,14 @@ def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
     return code, tape
 
 
-def emit_split(p: Plan, name: str) -> Tuple[Code, Namespace, List[str], bool]:
+def emit_split(p: Plan, name: str, relowered: bool = False) -> Tuple[Code, Namespace, List[str], bool]:
     """A primal ``name_primal(*args) -> (value, tape)`` and ``name_adjoint(*tape, _dy)``.
 
     The adjoint can be replayed: it zeroes the shadow buffers it receives and
     returns copies of the gradients.  (Functions that write into arrays rewind
     them in the adjoint, so their ``back`` runs once; the API enforces it.)"""
     em = Emitter(p)
+    em.relowered = relowered
     code, tape = _split_code(em, p, name, pooled=False, replay=True)
     mutates = bool(em.al.mutated)
     return code, em.ns, tape, mutates
