@@ -207,12 +207,6 @@ def check_program(family: str, prog: Program) -> None:
 def with_targets(draw, programs):
     prog = draw(programs)
     prog.targets = TARGETS if draw(st.integers(0, CPU_EVERY - 1)) == 0 else ("python",)
-    if any(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in prog.args):
-        # known bug, open (an error, not a wrong value): on cpu a float32 array times a
-        # computed float scalar is float64 in numba but float32 in numpy 2, so the shadow
-        # declared float32 does not unify (CompileError "Cannot unify array(float32, 1d, C)
-        # and array(float64, 1d, C)"); float32 programs run on python until it is fixed
-        prog.targets = ("python",)
     return prog
 
 

@@ -49,6 +49,10 @@ class Backend:
     #: python target: speed matters less there than numpy's warnings for 0 * inf); compiled
     #: ones build without them and again with them only when a gradient comes out nan
     zero_guards_first = True
+    #: arithmetic promotes a number by its type (numba: float32 array * float is float64),
+    #: not as numpy 2's weak Python numbers: the transform casts such numbers to float32
+    #: where zyg's kinds (numpy's semantics) say the result is float32
+    strong_scalars = False
 
     def __init__(self):
         from ..pullbacks.tape import NumpyStacks

@@ -23,6 +23,7 @@ class CpuBackend(Backend):
     native_byte_order = True
     nd_masks = False
     zero_guards_first = False
+    strong_scalars = True
 
     def __init__(self):
         super().__init__()

@@ -28,15 +28,17 @@ import numpy as np
 from ..errors import NoAdjoint, TypeMismatch, UnsupportedSyntax
 from ..rules import arrays as arules, dispatch
 from ..rules import registry
-from ..ssa.analysis import array_ndim, is_array, is_complex, is_tuple
+from ..ssa.analysis import array_dtype, array_ndim, is_array, is_complex, is_tuple
 from ..ssa.emit import INFIX, PREFIX, Code, Def, Else, If, Namespace, While, const_src, var_name
 from ..ssa.ir import Branch, Const, Jump, Return, Stmt, Undef, Var, callee_name
 from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
 from .arrays import inplace_src, zero_of
 from ..rules.closure import render, resolve_global
+from ..rules.numpy_extra import astype as _astype
 from . import guards
 from .helpers import helpers as tape_helpers
 from .reshapes import Reshapes, is_reshape, shape_src
+from .specialize import NARROW_DTYPES
 from .transform import dispatch as dispatch_cases
 
 STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward._find_loops)
@@ -44,7 +46,7 @@ STRUCTURED_LOOPS = True     # loops as real loops where the CFG allows (Forward.
 # numpy functions linear in their first (array) operand: the tangent is the same call
 _LINEAR = {np.sum, np.mean, np.transpose, np.reshape, np.ravel, np.copy, np.cumsum, np.real,
            np.imag, np.conj, np.conjugate, np.squeeze, np.expand_dims, np.flip, np.diag, np.trace,
-           np.ascontiguousarray, np.array, np.asarray}
+           np.ascontiguousarray, np.array, np.asarray, np.roll, _astype}
 # bilinear in their two operands: the product rule
 _BILINEAR = {np.dot, np.matmul, operator.matmul, np.inner, np.outer, np.cross, np.kron}
 # linear in all their float operands jointly (the others are shapes and counts)
@@ -207,7 +209,18 @@ class Forward:
         if st.var is None or not self.active(st.var):
             return
         tan = self.tangent(st, args)
+        if self.p.backend.strong_scalars and self._narrowed(st):
+            # numba promotes by type (a number's tangent is a float64, a rule's
+            # np.where(.., 1.0, ..) a float64 array): the tangent of a float32 result keeps
+            # the result's dtype, so that it unifies with the tangents it meets in loops
+            tan = f"({tan}).astype(np.{array_dtype(self.kind(st.var))})"
         code.add(ind, f"t_{var_name(st.var)} = {tan}", st.loc)
+
+    def _narrowed(self, st: Stmt) -> bool:
+        """``st``'s result is a new float32 array (not a view of its operand)."""
+        k = self.kind(st.var)
+        return is_array(k) and array_dtype(k) in NARROW_DTYPES and \
+            not isinstance(st.expr.fn, (GetItem, Attr)) and not self.is_view(st.var)
 
     def inplace(self, st: Stmt, args: List[str], ind: int, code: Code) -> None:
         """``a op= b`` on an array: the tangent first (it needs the old ``a``), then ``a``."""

@@ -24,13 +24,13 @@ from __future__ import annotations
 from ..ssa import hooks
 
 
-def nonzero(*ds):
-    """Whether any of ``ds`` is nonzero: ``nonzero(dy)`` is the zero-cotangent test of an
-    adjoint that is differentiated again, ``nonzero(dy, t_dy)`` its forward mode."""
-    for d in ds:
-        if d != 0:
-            return True
-    return False
+def nonzero(d0, d1=0.0, d2=0.0, d3=0.0, d4=0.0, d5=0.0, d6=0.0, d7=0.0):
+    """Whether any of its arguments is nonzero: ``nonzero(dy)`` is the zero-cotangent test
+    of an adjoint that is differentiated again, ``nonzero(dy, t_dy)`` its forward mode (a
+    fourth derivative passes 8).  Named parameters, not ``*ds``: numba cannot iterate a
+    tuple of a float32 and a float64."""
+    return (d0 != 0 or d1 != 0 or d2 != 0 or d3 != 0 or d4 != 0 or d5 != 0 or d6 != 0
+            or d7 != 0)
 
 
 hooks.generated_nondifferentiable(nonzero)

@@ -23,10 +23,16 @@ from ..ssa.passes import _substitute, remove_trivial_params, verify
 from ..ssa.prims import Attr, CastLike, InPlace, MakeTuple
 
 
-def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
+def specialize(fn: Function, kinds: Dict[int, str], strong_scalars: bool = False) -> Function:
     """A copy of ``fn`` for these kinds: ``x op= y`` on numbers is the plain operation;
     on arrays its result *is* ``x`` (same memory), so uses of the result are replaced by
-    ``x`` - which makes a loop parameter carrying ``c`` through ``c += ...`` trivial."""
+    ``x`` - which makes a loop parameter carrying ``c`` through ``c += ...`` trivial.
+
+    ``strong_scalars``: the target promotes a number by its type (numba: a float32 array
+    times a float is float64), where numpy 2 treats Python numbers as weak (float32).  The
+    numbers meeting a float32 array in an elementwise operation whose result zyg's kinds
+    say is float32 are then cast first (``np.float32(c)``), so the target computes what
+    numpy computes (and the shadows, declared of the kinds' dtype, unify)."""
     out = copy.copy(fn)
     out.blocks = {}
     alias: Dict[int, Any] = {}
@@ -66,6 +72,8 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
                 if chain is not None:
                     nb.stmts += chain
                     continue
+            if strong_scalars:
+                args = _weak_scalars(st, fnc, args, kinds, counter, nb.stmts)
             nb.stmts.append(Stmt(st.var, Call(fnc, args, dict(e.kwargs)), st.loc))
         t = blk.term
         if isinstance(t, Jump):
@@ -83,6 +91,44 @@ def specialize(fn: Function, kinds: Dict[int, str]) -> Function:
         remove_trivial_params(out)
         verify(out, "specialize")
     return out
+
+
+# elementwise operations whose Python-number operands numpy 2 treats as weak
+_ELEMENTWISE_OPS = (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+                    operator.mod, operator.pow, np.where, np.clip)
+_NARROW = {"float32": np.float32}
+NARROW_DTYPES = tuple(_NARROW)
+
+
+def is_elementwise(fnc: Any) -> bool:
+    """A ufunc or an elementwise operator (numpy 2 treats its Python numbers as weak)."""
+    try:
+        return isinstance(fnc, np.ufunc) or fnc in _ELEMENTWISE_OPS
+    except TypeError:
+        return False
+
+
+def _weak_scalars(st: Stmt, fnc: Any, args: list, kinds: Dict[int, str], counter, out: list) -> list:
+    """``args`` with each number operand of an elementwise ``fnc`` whose result is a
+    float32 array cast to float32 by a statement appended to ``out`` (see specialize)."""
+    if st.var is None:
+        return args
+    k = kinds.get(st.var.id, "")
+    if not is_array(k) or array_dtype(k) not in _NARROW:
+        return args
+    if not is_elementwise(fnc):
+        return args
+    cast = _NARROW[array_dtype(k)]
+    new = list(args)
+    for i, a in enumerate(args):
+        ka = kinds.get(a.id, "undef") if isinstance(a, Var) else kind_of_value(a.value)
+        if ka not in ("float", "int") or (fnc is np.where and i == 0):
+            continue
+        counter[0] += 1
+        v = Var(counter[0], f"{getattr(a, 'hint', '') or 'c'}_f32")
+        out.append(Stmt(v, Call(cast, [a], {}), st.loc))
+        new[i] = v
+    return new
 
 
 def _same_array(fnc: Any, e: Call, kinds: Dict[int, str]) -> bool:

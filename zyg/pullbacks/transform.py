@@ -184,11 +184,12 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Pla
     """The per-signature plan of ``fn``: kinds, activity, loops, tuples flattened.
     ``backend``: the target's :class:`zyg.backends.Backend` (the driver passes it)."""
     kinds = infer_kinds(fn, argkinds)
-    fn = specialize(fn, kinds)
+    strong = backend.strong_scalars
+    fn = specialize(fn, kinds, strong)
     from .ckmut import expand_checkpoints
     if expand_checkpoints(fn, kinds):       # blocks that write their arguments, tuple results
         kinds = infer_kinds(fn, argkinds)
-        fn = specialize(fn, kinds)
+        fn = specialize(fn, kinds, strong)
     kinds = infer_kinds(fn, argkinds)
     check_kinds(fn, kinds)
     flat = None

@@ -97,6 +97,7 @@ SPECIAL = [
     ("builtins.abs", "a", "(dy if a >= 0 else -dy)", "abs(a)"),
     ("builtins.float", "a", "dy", "float(a)"),
     ("np.float64", "a", "dy", "np.float64(a)"),
+    ("np.float32", "a", "dy", "np.float32(a)"),
     ("builtins.max", "a, b", "(dy if a > b else (0.5 * dy if a == b else 0.0)), "
                             "(dy if b > a else (0.5 * dy if a == b else 0.0))", "max(a, b)"),
     ("builtins.min", "a, b", "(dy if a < b else (0.5 * dy if a == b else 0.0)), "
