@@ -75,8 +75,15 @@ def _write_report() -> None:
 atexit.register(_write_report)
 
 
+_LAST_WRITE = [0.0]
+
+
 def count(family: str, key: str, n: int = 1) -> None:
     STATS[family][key] += n
+    if REPORT and time.time() - _LAST_WRITE[0] > 5.0:
+        # written as the run goes too: a long run stopped by a time limit keeps its counts
+        _LAST_WRITE[0] = time.time()
+        _write_report()
 
 
 def mismatch(family: str, oracle: str, msg: str) -> None:
