@@ -45,6 +45,10 @@ def reset_caches() -> None:
 
 
 def _make(f, argnums, target, mode, doc):
+    if target == "cuda" and mode != "pullback":
+        # a device function that CUDA kernels call (zyg/cuda.py)
+        from .cuda import device_transform
+        return device_transform(f, argnums, mode, doc)
     if hasattr(f, "_zyg") and mode != "pullback":
         return _nested(f, argnums, target, mode, doc)
     return transform(f, argnums, target, mode, doc)

@@ -11,9 +11,10 @@ from typing import Dict, Tuple, Union
 
 from .base import Backend
 from .cpu import CpuBackend
+from .cuda import CudaBackend
 from .python import PythonBackend
 
-_BACKENDS: Dict[str, Backend] = {b.name: b for b in (PythonBackend(), CpuBackend())}
+_BACKENDS: Dict[str, Backend] = {b.name: b for b in (PythonBackend(), CpuBackend(), CudaBackend())}
 TARGETS: Tuple[str, ...] = tuple(_BACKENDS)
 
 
