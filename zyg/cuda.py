@@ -76,16 +76,17 @@ def kind_of_runtime(v: Any) -> str:
 
 def kind_of_numba(t: Any) -> str:
     """zyg's kind of a numba type (the types a kernel passes to a device gradient)."""
-    from numba.core import types as nt
-    if isinstance(t, nt.Boolean):
+    # by class name: numba-cuda may type with its own copy of numba's type classes
+    names = {c.__name__ for c in type(t).__mro__}
+    if "Boolean" in names:
         return "bool"
-    if isinstance(t, nt.Integer):
+    if "Integer" in names:
         return "int"
-    if isinstance(t, nt.Float):
+    if "Float" in names:
         return "float"
-    if isinstance(t, nt.Complex):
+    if "Complex" in names:
         return "complex"
-    if isinstance(t, nt.Array):
+    if "Array" in names and hasattr(t, "ndim"):
         return f"{np.dtype(str(t.dtype)).str[1:]}[{t.ndim}]"
     raise TypeMismatch(f"a device gradient cannot take an argument of numba type {t}")
 

@@ -1256,6 +1256,9 @@ class Emitter(ArrayMixin, StructuredMixin):
             code.put(ind, StackInit(s, pooled, None if bound is None else max(1, bound.get(s, 0))))
         if self.stack_used and not bounded:
             self.ns.ns["_zyg_grow"] = self.p.backend.helper(grow)
+        if self.arr_vars:
+            for k, v in helpers(self.p.backend).items():
+                self.ns.ns[k] = v
 
     def static_tape_bound(self) -> Optional[Dict[str, int]]:
         """The most items each stack can receive in any run of the recording primal, when
@@ -1305,9 +1308,6 @@ class Emitter(ArrayMixin, StructuredMixin):
                 and isinstance(init, Const) and type(init.value) is int):
             return None
         return max(0, (stop.value - init.value + step - 1) // step)
-        if self.arr_vars:
-            for k, v in helpers(self.p.backend).items():
-                self.ns.ns[k] = v
 
     def residual_init(self, code: Code, ind: int) -> None:
         kinds_by_name = {}
