@@ -275,7 +275,10 @@ def _array_params(f: Callable) -> set:
 
 
 def _is_arraylike(a) -> bool:
-    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__")
+    """A numpy array, a device array (anything with ``__cuda_array_interface__``, the
+    simulator's arrays)."""
+    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__") or \
+        (hasattr(a, "copy_to_host") and hasattr(a, "shape"))
 
 
 class _Batch:
@@ -431,7 +434,7 @@ class _Batch:
                     f"{getattr(unwrap(self.f), '__name__', 'f')} (a run needed {need}); "
                     f"zyg.vmap grows it to {MAX_TAPE_SIZE} at most")
             size = grown
-        if on_host or sim:
+        if on_host:
             outs = [o.copy_to_host() for o in outs]
         return self._wrap(outs, nwrt)
 
@@ -458,8 +461,8 @@ class _Batch:
                  "    if i < n:"]
         lines += self._lines(call, nwrt, "        ")
         if checked:
-            lines += ["        if _r[-1] > 0:",
-                      "            cuda.atomic.max(_status, 0, _r[-1])"]
+            lines += ["        if _r[2] > 0:",
+                      "            cuda.atomic.max(_status, 0, _r[2])"]
         glob = {"_f": fn, "cuda": cuda, "np": np, "math": __import__("math")}
         exec("\n".join(lines) + "\n", glob)
         kern = cuda.jit(glob["_zyg_batch"])

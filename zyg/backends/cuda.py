@@ -189,8 +189,9 @@ class CudaBackend(Backend):
         return cuda_module().jit(device=True)(fn)
 
     def vectorize(self, kernel: Callable, python: Callable) -> Callable:
-        raise UnsupportedSyntax("an elementwise array operation cannot run in CUDA device code "
-                                "(it would allocate its result)")
+        # array helpers are bound in every module with arrays, and never called from device
+        # code (array-valued operations are refused before generation, zyg/cuda.py)
+        return python
 
     def wrap(self, obj: Any) -> Any:
         if isinstance(obj, types.FunctionType) and not \
