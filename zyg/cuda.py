@@ -297,6 +297,7 @@ class _Batch:
         self.target = target
         backends.get(target)
         self.kernels: Dict[Any, Any] = {}
+        self._takes = None
 
     def axes(self, args) -> List[Optional[int]]:
         n = len(args)
@@ -310,7 +311,9 @@ class _Batch:
                 if a == 0 and not _is_arraylike(x):
                     raise ValueError("in_axes says 0 for an argument that is not an array")
             return ax
-        takes = _array_params(self.f)
+        if self._takes is None:
+            self._takes = _array_params(self.f)
+        takes = self._takes
         out = []
         for k, a in enumerate(args):
             if not _is_arraylike(a):
