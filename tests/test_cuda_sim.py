@@ -89,6 +89,33 @@ def runtime_loop(x, n):
     return s
 
 
+def newton_sqrt(a, x0):
+    """A counted loop left by break (the trip count is only bounded)."""
+    x = x0
+    for it in range(50):
+        nx = 0.5 * (x + a / x)
+        if abs(nx - x) < 1e-13:
+            x = nx
+            break
+        x = nx
+    return x * x0
+
+
+def while_break(x, limit):
+    """A while True loop with break and continue, and a data-dependent trip count."""
+    s = x
+    k = 0
+    while True:
+        k += 1
+        if k % 3 == 0:
+            s = s * 0.5
+            continue
+        s = math.sin(s) + x
+        if s > limit or k > 40:
+            break
+    return s
+
+
 def allocates(x):
     return float(np.sum(np.ones(3) * x))
 
@@ -285,6 +312,22 @@ def check_runtime_bound_loop():
         gc = zyg.vmap(zyg.grad(runtime_loop), target="cuda")(xs, n)
         gp = zyg.vmap(zyg.grad(runtime_loop), target="cpu")(xs, n)
         _close(gc, gp, 1e-12, f"n={n}")
+
+
+def check_break_and_continue():
+    import numpy as np
+    import zyg
+    a = np.linspace(0.5, 9.0, 12)
+    gc = zyg.vmap(zyg.grad(newton_sqrt, argnums=(0, 1)), target="cuda")(a, np.full(12, 1.5))
+    gp = zyg.vmap(zyg.grad(newton_sqrt, argnums=(0, 1)), target="cpu")(a, np.full(12, 1.5))
+    _close(gc[0], gp[0], 1e-12, "newton d/da vs cpu")
+    _close(gc[1], gp[1], 1e-12, "newton d/dx0 vs cpu")
+    _close(gc[0], [_fd(newton_sqrt, [float(v), 1.5], 0) for v in a], 1e-6, "newton vs fd")
+    xs = np.linspace(0.1, 1.2, 12)
+    gc = zyg.vmap(zyg.grad(while_break), target="cuda")(xs, 1.8)
+    gp = zyg.vmap(zyg.grad(while_break), target="cpu")(xs, 1.8)
+    _close(gc, gp, 1e-12, "while/break/continue vs cpu")
+    _close(gc, [_fd(while_break, [float(x), 1.8], 0) for x in xs], 1e-5, "while/break vs fd")
 
 
 def check_vmap_targets_agree():

@@ -231,7 +231,10 @@ def device_transform(f: Callable, argnums, mode: str, doc: str) -> Callable:
         return (r[0], r[1]) if value else r[1]
 
     def sim_call(args):
-        # the simulator (and a host call, for checking): the generated code as Python
+        # the simulator: the generated code as Python, from the simulated thread
+        if not simulator():
+            raise TypeError(f"{name} is a CUDA device function: call it from a @cuda.jit "
+                            "kernel, or map it over arrays with zyg.vmap(..., target='cuda')")
         kinds = [kind_of_runtime(a) for a in args]
         b = build(f, kinds, argnums, backends.get("cuda"))
         return post(_device_fn(b)(*args))
