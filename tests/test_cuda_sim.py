@@ -392,7 +392,70 @@ def check_refusals():
         raise AssertionError("vmap of an allocating function was not refused")
 
 
+# -- driverless PTX: the real compilation path, without a GPU ---------------------------------
+
+class Skip(Exception):
+    pass
+
+
+def _ptx(fn, sig):
+    """``cuda.compile_ptx`` of the kernel ``fn`` for compute capability 9.0.  Without a GPU,
+    numba's built-in numba.cuda asks the driver for the device's compute capability when it
+    compiles a device function called from the kernel: that question is answered here."""
+    import numba.cuda.dispatcher as disp
+    if not device_mode() and hasattr(disp, "get_current_device"):
+        import types as _t
+        disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(9, 0))
+    try:
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+    except Exception as e:
+        if "NVVM" in str(e) or "nvvm" in str(e) or "CUDA driver" in str(e):
+            raise Skip(f"no CUDA toolkit to compile PTX with ({type(e).__name__})")
+        raise
+    return ptx
+
+
+def ptx_device_functions():
+    import numba
+    import zyg
+    f8, a1 = numba.float64, numba.float64[:]
+    dj = zyg.grad(bessel_j, target="cuda")
+    vg = zyg.value_and_grad(branchy, argnums=(0, 1), target="cuda")
+    dt = zyg.grad(table_loop, target="cuda")
+    dw = zyg.grad(while_break, target="cuda")
+    dh = zyg.value_and_grad(with_helpers, target="cuda")
+
+    def k(z, a, c, out):
+        i = cuda.grid(1)
+        if i < z.shape[0]:
+            r = vg(z[i], 0.5)
+            g = r[1]
+            h = dh(z[i], c)
+            out[i] = dj(z[i], 2) + r[0] + g[0] + g[1] + dt(z[i], a) + dw(z[i], 1.8) + h[1]
+    ptx = _ptx(k, (a1, a1, f8, a1))
+    assert ".local" in ptx          # the Bessel and while_break tapes
+
+
+def ptx_vmap_kernels():
+    import numba
+    import zyg
+    from zyg import backends
+    cu = backends.get("cuda")
+    i8, a1, a2, i1 = numba.int64, numba.float64[:], numba.float64[:, :], numba.int64[:]
+    cases = [
+        (zyg.value_and_grad(bessel_j), ["float", "int"], [0, None], (a1, i8, a1, a1, i1, i8)),
+        (zyg.grad(nested_loops, argnums=(0, 1)), ["float", "float"], [0, 0], (a1, a1, a1, a1, i1, i8)),
+        (zyg.grad(table_loop), ["float", "f8[1]"], [0, 0], (a1, a2, a1, i1, i8)),
+        (bessel_j, ["float", "int"], [0, None], (a1, i8, a1, i1, i8)),
+    ]
+    for fn, kinds, ax, sig in cases:
+        b = zyg.vmap(fn, target="cuda")._zyg_batch
+        kern, _, _ = b._kernel(kinds, ax, cu)
+        _ptx(kern.py_func, sig)
+
+
 CHECKS = [n for n in list(globals()) if n.startswith("check_")]
+PTX = [n for n in list(globals()) if n.startswith("ptx_")]
 
 
 def run_checks(names):
@@ -405,6 +468,8 @@ def run_checks(names):
         try:
             globals()[n]()
             out[n] = None
+        except Skip as e:
+            out[n] = "SKIP " + str(e)
         except BaseException:           # report, go on with the next check
             out[n] = traceback.format_exc()
     from numba import config
@@ -418,27 +483,49 @@ def device_mode() -> bool:
     return os.environ.get("ZYG_CUDA_DEVICE", "") not in ("", "0")
 
 
-@pytest.fixture(scope="module")
-def results():
+def _child(names, simulated: bool):
     env = dict(os.environ)
-    if device_mode():
-        env.pop("NUMBA_ENABLE_CUDASIM", None)
-    else:
+    if simulated:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
+    else:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run"], env=env,
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run"] + names, env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZYG_CUDA_RESULTS ")]
     assert line, f"the child failed (status {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     got = json.loads(line[-1][len("ZYG_CUDA_RESULTS "):])
-    assert got["_mode"] == ("device" if device_mode() else "simulator"), got["_mode"]
+    assert got["_mode"] == ("simulator" if simulated else "device"), got["_mode"]
     return got
+
+
+@pytest.fixture(scope="module")
+def results():
+    """The checks: on the simulator, or on the GPU with ZYG_CUDA_DEVICE=1."""
+    return _child(CHECKS, simulated=not device_mode())
+
+
+@pytest.fixture(scope="module")
+def ptx_results():
+    """Driverless PTX of the generated device code (a child without the simulator)."""
+    return _child(PTX, simulated=False)
+
+
+def _verdict(got, name):
+    err = got.get(name, "not run")
+    if isinstance(err, str) and err.startswith("SKIP "):
+        pytest.skip(err[5:])
+    assert err is None, f"{name} ({got['_mode']}):\n{err}"
 
 
 @pytest.mark.parametrize("name", CHECKS)
 def test_cuda(results, name):
-    err = results.get(name, "not run")
-    assert err is None, f"{name} ({results['_mode']}):\n{err}"
+    _verdict(results, name)
+
+
+@pytest.mark.parametrize("name", PTX)
+def test_ptx(ptx_results, name):
+    _verdict(ptx_results, name)
 
 
 if __name__ == "__main__":
@@ -446,4 +533,5 @@ if __name__ == "__main__":
         sys.path.insert(0, ROOT)
         sys.path.insert(0, HERE)
         import test_cuda_sim as mod        # the functions' source must come from a file
-        mod.run_checks([a for a in sys.argv[1:] if a.startswith("check_")] or mod.CHECKS)
+        mod.run_checks([a for a in sys.argv[1:] if a.startswith(("check_", "ptx_"))] or
+                       mod.CHECKS + mod.PTX)

@@ -74,6 +74,14 @@ class _SimCuda:
     local = _SimLocal()
 
 
+def _max2(a, b):
+    return a if a > b else b
+
+
+def _min2(a, b):
+    return a if a < b else b
+
+
 class LocalStacks:
     """The tape on the cuda back end: per stack a ``cuda.local.array`` ``_<s>s`` of a size
     fixed at compile time, its room ``_<s>cap``, its top ``_<s>sp`` and the room a counted
@@ -220,6 +228,12 @@ class CudaBackend(Backend):
         ns = dict(ns)
         ns["cuda"] = _SimCuda() if simulator() else cuda_module()
         ns["np"] = np
+        if not simulator():
+            # numba's built-in numba.cuda types max() and min() through an overload of
+            # *args that its device compiler rejects ("Signature mismatch"); generated code
+            # calls them with two numbers (tape room, trip counts): plain device functions
+            ns["max"] = self.helper(_max2)
+            ns["min"] = self.helper(_min2)
         return super().load(code, ns, names, stem)
 
     def finish(self, f: Callable, cache: bool) -> Callable:
