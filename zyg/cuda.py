@@ -213,6 +213,9 @@ def _device_fn(b: Built):
 
 def device_transform(f: Callable, argnums, mode: str, doc: str) -> Callable:
     """``zyg.grad(f, argnums, target="cuda")``: a function a ``@cuda.jit`` kernel calls."""
+    if hasattr(f, "_zyg") or hasattr(f, "_zyg_device"):
+        raise UnsupportedSyntax("a device gradient of a zyg transform (a second derivative) is "
+                                "not supported on the cuda target")
     f, binder = adapt(f)
     if binder is not None:
         raise UnsupportedSyntax(f"a device gradient of {getattr(f, '__name__', 'f')} cannot bind "

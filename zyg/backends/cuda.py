@@ -174,6 +174,7 @@ class CudaBackend(Backend):
     #: the tape has a fixed size (:class:`LocalStacks`); emit_fused then takes no buffers,
     #: reports overflow and never splits the gradient into two functions
     bounded_tape = True
+    host = False
 
     def __init__(self, tape_size: int = DEFAULT_TAPE_SIZE):
         super().__init__()
