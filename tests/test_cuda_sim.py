@@ -120,6 +120,30 @@ def while_break(x, limit):
     return s
 
 
+def many_branches(x, y):
+    """Enough blocks that the cpu target splits its gradient in two functions."""
+    r = 0.0
+    if x > 0.1:
+        r += x * y
+    if x > 0.2:
+        r += math.sin(x)
+    if x > 0.3:
+        r += x * x * y
+    if y > 0.4:
+        r += math.cos(y * x)
+    if x > 0.5:
+        r += math.exp(-x)
+    if y > 0.6:
+        r += y / (1.0 + x)
+    if x > 0.7:
+        r += x ** 3
+    if y > 0.8:
+        r += math.tanh(x + y)
+    if x + y > 0.9:
+        r += math.sqrt(x + y)
+    return r
+
+
 def allocates(x):
     return float(np.sum(np.ones(3) * x))
 
@@ -332,6 +356,17 @@ def check_break_and_continue():
     gp = zyg.vmap(zyg.grad(while_break), target="cpu")(xs, 1.8)
     _close(gc, gp, 1e-12, "while/break/continue vs cpu")
     _close(gc, [_fd(while_break, [float(x), 1.8], 0) for x in xs], 1e-5, "while/break vs fd")
+
+
+def check_many_blocks():
+    import numpy as np
+    import zyg
+    xs = np.linspace(0.05, 1.0, 11)
+    ys = np.linspace(1.0, 0.3, 11)
+    ref = [_fd(many_branches, [float(x), float(y)], 0) for x, y in zip(xs, ys)]
+    for target in ("cuda", "cpu", "python"):
+        g = zyg.vmap(zyg.grad(many_branches), target=target)(xs, ys)
+        _close(g, ref, 1e-6, target)
 
 
 def check_vmap_targets_agree():

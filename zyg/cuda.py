@@ -177,16 +177,17 @@ def build(f: Callable, kinds: Sequence[str], argnums, backend) -> Built:
                                    "numbers and arrays")
         backend.prepare()
         p = plan(ir, list(kinds), wrt, backend)
+        if not backend.host:
+            refuse_device(p, fname)
         if p.ret_kind != "float":
             raise TypeMismatch(f"{fname} ({ir.filename}:{ir.firstlineno}) returns "
                                f"{p.ret_kind}; its gradient needs a real scalar result")
-        if backend.name == "cuda":
-            refuse_device(p, fname)
         name = f"{_ident(fname.replace('<lambda>', 'lambda'))}_{backend.name}_vg"
         _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, value=True,
                                                                  zero_guards=True)
-        (fn,), path, _ = backend.load(code, ns.ns, parts + [name], name)
-        got = Built(fn, stacks, len(wrt), backend, path)
+        # (on cpu a large function comes as a primal and an adjoint that the last one calls)
+        loaded, path, _ = backend.load(code, ns.ns, parts + [name], name)
+        got = Built(loaded[-1], stacks, len(wrt), backend, path)
         _BUILT[key] = got
         return got
 
