@@ -15,7 +15,8 @@
 ``--anchors``: the folder holding the shared ``kernels.py`` and ``common.py`` (not part of
 zyg; pass a copy carried to the machine).  ``--wheels``: a folder of wheels of zyg's pure
 Python dependencies (gast, astor) used when they are not installed; they are put on the
-path as they are, nothing is installed.  ``--small``: tiny sizes (a smoke test, also under
+path as they are, nothing is installed (scipy, zyg's third dependency, must be installed:
+JAX brings it).  ``--small``: tiny sizes (a smoke test, also under
 ``NUMBA_ENABLE_CUDASIM=1`` without a GPU).  Budget: under 4 minutes (the checks are
 stopped after 150 s, each timing after its own share).
 """
@@ -164,7 +165,7 @@ def run_timings(args, results):
             z = C.bessel_data(n)
             zd = cuda.to_device(z)
             b = K.Bessel(z)
-            share = 3.0 if n < 100_000 else 5.0
+            share = 2.0 if n < 100_000 else 3.0
             for key, fn in (("primal", b.primal), ("hand recurrence", b.grad_fwd),
                             ("hand tape", b.grad_tape)):
                 row[key] = median_time(fn, sync, share)[0] * 1e3
@@ -247,8 +248,9 @@ def main(argv):
     try:
         import gast  # noqa: F401
         import astor  # noqa: F401
+        import scipy  # noqa: F401
     except ImportError as e:
-        log(f"!!! zyg's dependencies are missing ({e}); pass --wheels DIR")
+        log(f"!!! zyg's dependencies (gast, astor, scipy) are missing ({e}); pass --wheels DIR")
         return 2
     os.environ.setdefault("ZYG_CACHE_DIR", tempfile.mkdtemp(prefix="zyg-cuda-"))
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
