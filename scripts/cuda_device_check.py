@@ -15,7 +15,7 @@
 ``--anchors``: the folder holding the shared ``kernels.py`` and ``common.py`` (not part of
 zyg; pass a copy carried to the machine).  ``--wheels``: a folder of wheels of zyg's pure
 Python dependencies (gast, astor) used when they are not installed; they are put on the
-path as they are, nothing is installed (scipy, zyg's third dependency, must be installed:
+path unpacked in a temporary folder, nothing is installed (scipy, zyg's third dependency, must be installed:
 JAX brings it).  ``--small``: tiny sizes (a smoke test, also under
 ``NUMBA_ENABLE_CUDASIM=1`` without a GPU).  Budget: under 4 minutes (the checks are
 stopped after 150 s, each timing after its own share).
@@ -57,9 +57,19 @@ def bessel_j(z, nu):
 
 
 def wheel_paths(folder):
+    """The wheels of ``folder`` unpacked into one temporary folder (a wheel is a zip file;
+    astor reads a data file beside its code, so it cannot be imported from the zip)."""
     if not folder:
         return []
-    return sorted(glob.glob(os.path.join(folder, "*.whl")))
+    wheels = sorted(glob.glob(os.path.join(folder, "*.whl")))
+    if not wheels:
+        return []
+    import zipfile
+    dest = tempfile.mkdtemp(prefix="zyg-wheels-")
+    for w in wheels:
+        with zipfile.ZipFile(w) as z:
+            z.extractall(dest)
+    return [dest]
 
 
 def run_checks(args, extra_path, results):
