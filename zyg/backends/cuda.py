@@ -32,6 +32,9 @@ from .base import Backend
 
 #: items per stack of a per-thread tape whose size the transform could not bound
 DEFAULT_TAPE_SIZE = 256
+#: the largest stack sized by the transform's bound; a larger bound (a long counted loop)
+#: gets the checked per-thread tape instead (local memory is 512 KiB per thread at most)
+MAX_STATIC = 16384
 #: "no limit": the room of a stack once it overflowed (every later check passes)
 _UNBOUNDED = 1 << 62
 
@@ -106,9 +109,10 @@ class LocalStacks:
 
     def _StackInit(self, n) -> List[str]:
         s = n.stack
-        size = n.bound if n.bound is not None else self.tape_size
+        exact = n.bound is not None and n.bound <= MAX_STATIC
+        size = n.bound if exact else self.tape_size
         self.size[s] = size
-        self.checked[s] = n.bound is None
+        self.checked[s] = not exact
         return [f"_{s}s = cuda.local.array({size}, {STACKS[s][0]})", f"_{s}cap = {size}",
                 f"_{s}sp = 0", f"_{s}want = 0"]
 
