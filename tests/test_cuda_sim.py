@@ -144,6 +144,14 @@ def many_branches(x, y):
     return r
 
 
+def long_loop(x):
+    """A counted loop too long for an exactly sized local tape (20,000 pushes)."""
+    s = 0.0
+    for i in range(20000):
+        s = math.sin(s + x)
+    return s
+
+
 def allocates(x):
     return float(np.sum(np.ones(3) * x))
 
@@ -335,6 +343,14 @@ def check_tape_overflow():
 def check_runtime_bound_loop():
     import numpy as np
     import zyg
+    from zyg import backends
+    from zyg.cuda import build
+    # a constant bound too large for local memory: the checked tape, grown by vmap
+    text = open(build(long_loop, ["float"], 0, backends.get("cuda")).path).read()
+    assert "cuda.local.array(256, np.float64)" in text and " if _fsp + 0 < 255 else 255]" in text
+    xs = np.array([0.3, 0.7])
+    _close(zyg.vmap(zyg.grad(long_loop), target="cuda")(xs),
+           zyg.vmap(zyg.grad(long_loop), target="cpu")(xs), 1e-12, "long loop")
     xs = np.linspace(-1, 1, 10)
     for n in (0, 3, 50):
         gc = zyg.vmap(zyg.grad(runtime_loop), target="cuda")(xs, n)
