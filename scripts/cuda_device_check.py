@@ -98,14 +98,19 @@ def run_checks(args, extra_path, results):
         return
     got = json.loads(line[-1][len("ZYG_CUDA_RESULTS "):])
     mode = got.pop("_mode")
+    skipped = {k: v[5:] for k, v in got.items() if isinstance(v, str) and v.startswith("SKIP ")}
+    failed = {k: v for k, v in got.items() if v is not None and k not in skipped}
     npass = sum(v is None for v in got.values())
     for name, err in got.items():
-        print(f"  {'PASS' if err is None else 'FAIL'}  {name}")
-        if err is not None:
+        print(f"  {'PASS' if err is None else 'SKIP' if name in skipped else 'FAIL'}  {name}")
+        if name in skipped:
+            print("    " + skipped[name])
+        elif err is not None:
             print("    " + "\n    ".join(err.rstrip().splitlines()[-25:]))
-    log(f"checks ({mode}): {npass} of {len(got)} passed in {time.time() - t:.1f} s")
-    results["checks"] = {"mode": mode, "passed": npass, "total": len(got),
-                         "failed": {k: v for k, v in got.items() if v is not None}}
+    log(f"checks ({mode}): {npass} passed, {len(failed)} failed, {len(skipped)} skipped "
+        f"in {time.time() - t:.1f} s")
+    results["checks"] = {"mode": mode, "passed": npass, "total": len(got) - len(skipped),
+                         "skipped": skipped, "failed": failed}
 
 
 def median_time(call, sync, budget_s):
@@ -222,7 +227,9 @@ def table(results):
     if "passed" in ch:
         lines.append(f"tests/test_cuda_sim.py on the {ch['mode']}: **{ch['passed']} of {ch['total']} "
                      "checks passed**" + ("" if not ch["failed"] else
-                                          " (failed: " + ", ".join(ch["failed"]) + ")"))
+                                          " (failed: " + ", ".join(ch["failed"]) + ")")
+                     + ("" if not ch["skipped"] else
+                        " (skipped: " + ", ".join(ch["skipped"]) + ")"))
     elif ch:
         lines.append(f"tests/test_cuda_sim.py: the run failed ({ch.get('error')})")
     lines += ["", "Bessel J_2 value and gradient, float64, ms (medians of synchronised samples):", "",
