@@ -410,6 +410,8 @@ def check_vmap_targets_agree():
     g3 = zyg.vmap(zyg.grad(table_loop), in_axes=(0, 0), target="cuda")(xs, rows)
     g4 = np.array([zyg.grad(table_loop)(float(x), r.copy()) for x, r in zip(xs, rows)])
     _close(g3, g4, 1e-12, "mapped rows")
+    g5 = zyg.vmap(zyg.grad(table_loop), target="cpu")(xs, rows)      # inferred: rows mapped
+    _close(g5, g4, 1e-12, "mapped rows, inferred")
     # device arrays in, device arrays out
     gd = zyg.vmap(zyg.grad(bessel_j), target="cuda")(cuda.to_device(z), 2)
     assert not isinstance(gd, np.ndarray)

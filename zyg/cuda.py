@@ -267,17 +267,21 @@ def device_transform(f: Callable, argnums, mode: str, doc: str) -> Callable:
 
 # -- batches ------------------------------------------------------------------------------
 
-def _array_params(f: Callable) -> set:
-    """Parameters of ``f`` that it indexes or asks an array attribute of (it takes arrays)."""
+def _array_params(f: Callable) -> Dict[int, int]:
+    """Parameters of ``f`` that it indexes or asks an array attribute of (it takes arrays
+    there), and the dimensions it indexes them with (at least 1)."""
     from .ssa.prims import Attr, GetItem
     ir = ssa_of(f)
     ps = {q.id: k for k, q in enumerate(ir.params[:ir.nargs])}
-    out = set()
+    out: Dict[int, int] = {}
     for blk in ir.iter_blocks():
         for st in blk.stmts:
-            if isinstance(st.expr.fn, (GetItem, Attr)) and st.expr.args and \
+            fn = st.expr.fn
+            if isinstance(fn, (GetItem, Attr)) and st.expr.args and \
                     getattr(st.expr.args[0], "id", None) in ps:
-                out.add(ps[st.expr.args[0].id])
+                k = ps[st.expr.args[0].id]
+                nd = sum(c in ("i", "s") for c in fn.spec) if isinstance(fn, GetItem) else 1
+                out[k] = max(out.get(k, 1), nd)
     return out
 
 
@@ -325,10 +329,10 @@ class _Batch:
         for k, a in enumerate(args):
             if not _is_arraylike(a):
                 out.append(None)
-            elif k in takes and len(a.shape) < 2:
+            elif k in takes and len(a.shape) <= takes[k]:
                 out.append(None)        # a table the function indexes: shared
             else:
-                out.append(0)
+                out.append(0)           # where f takes a number, or one dimension more
         if 0 not in out:
             raise ValueError("zyg.vmap found no argument to map over: pass in_axes")
         return out
