@@ -138,6 +138,7 @@ def test_every_tape_node_has_a_lowering():
         emit.NoRoom: emit.NoRoom((("f", 2), ("i", "n"))), emit.Grow: emit.Grow("f", "9"),
         emit.Capacity: emit.Capacity("f"), emit.Want: emit.Want("f", "0"),
         emit.Reserve: emit.Reserve("f", "4", start=True),
+        emit.TapeOverflow: emit.TapeOverflow(("f", "i")),
     }
     assert set(samples) == set(emit.TAPE)
     for cls, node in samples.items():

@@ -25,7 +25,8 @@ LAYERS = [
     ("back ends", lambda m: m == "zyg.compile" or m == "zyg.backends" or m.startswith("zyg.backends.")),
     ("driver", lambda m: m in ("zyg.driver", "zyg.safety", "zyg.entry")),
     ("nested transforms", lambda m: m in NESTED),
-    ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table")),
+    ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table",
+                            "zyg.cuda")),
 ]
 NESTED = ("zyg.pullbacks.ckloop", "zyg.pullbacks.recursion", "zyg.pullbacks.gradcall")
 

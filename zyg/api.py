@@ -45,6 +45,10 @@ def reset_caches() -> None:
 
 
 def _make(f, argnums, target, mode, doc):
+    if target == "cuda" and mode != "pullback":
+        # a device function that CUDA kernels call (zyg/cuda.py)
+        from .cuda import device_transform
+        return device_transform(f, argnums, mode, doc)
     if hasattr(f, "_zyg") and mode != "pullback":
         return _nested(f, argnums, target, mode, doc)
     return transform(f, argnums, target, mode, doc)
@@ -141,7 +145,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     # defaults, methods, partials (zyg/entry.py): their values get no tangent
     f, primals = _bind(f, primals)
     tangents = tangents + (None,) * (len(primals) - len(tangents))
-    backend = backends.get(target)      # ValueError for an unknown target
+    backend = backends.host(target, "jvp")      # ValueError for an unknown or a device target
     if _dicts.has_dict(primals):
         # dict arguments (zyg/dicts.py): their tangents are dicts of the same keys
         code = getattr(unwrap(f), "__code__", None)
@@ -308,6 +312,7 @@ def _run_compiled(slot: list, k: int, args: tuple):
 def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
     """Hessian-vector product ``H(x) @ v`` of a real function ``f(x, *rest)`` w.r.t. ``x``,
     without forming the Hessian: forward mode over the reverse-mode gradient (one pass)."""
+    backends.host(target, "hvp")
     f, args = _bind(f, (x,) + tuple(rest))     # defaults, methods, partials
     _refuse_dicts("hvp", f, args)
     if backends.get(target).native_byte_order:
@@ -327,6 +332,7 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
     """``hessian(f)(*args)``: the Hessian of a real function w.r.t. argument ``argnums``
     (a float or a 1-D array), by forward mode over reverse mode: one Hessian-vector
     product per column, looped over inside the generated code."""
+    backends.host(target, "hessian")
     if not isinstance(argnums, (int, np.integer)):
         raise TypeError("hessian takes one argnum")
 
@@ -464,6 +470,7 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
     """
     if mode not in ("auto", "fwd", "rev"):
         raise ValueError("mode must be 'auto', 'fwd' or 'rev'")
+    backends.host(target, "jacobian")
     if not isinstance(argnums, (int, np.integer)):
         raise TypeError("jacobian takes one argnum")
 

@@ -148,7 +148,7 @@ class _Specializer:
     def __init__(self, f: Callable, argnums, target: str, mode: str,
                  statics: Optional[Dict[int, Any]] = None):
         self.statics = statics
-        backends.get(target)      # ValueError for an unknown target
+        backends.host(target, mode)      # ValueError for an unknown or a device target
         self.f = f
         self.argnums = argnums
         self.target = target

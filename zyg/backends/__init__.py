@@ -11,9 +11,10 @@ from typing import Dict, Tuple, Union
 
 from .base import Backend
 from .cpu import CpuBackend
+from .cuda import CudaBackend
 from .python import PythonBackend
 
-_BACKENDS: Dict[str, Backend] = {b.name: b for b in (PythonBackend(), CpuBackend())}
+_BACKENDS: Dict[str, Backend] = {b.name: b for b in (PythonBackend(), CpuBackend(), CudaBackend())}
 TARGETS: Tuple[str, ...] = tuple(_BACKENDS)
 
 
@@ -46,4 +47,15 @@ def get(target: Union[str, Backend]) -> Backend:
     return got
 
 
-__all__ = ["Backend", "TARGETS", "get", "register"]
+def host(target: Union[str, Backend], api: str) -> Backend:
+    """The back end of ``target`` for ``api``, an entry point whose code runs on the host
+    (ValueError for a device target such as ``cuda``)."""
+    b = get(target)
+    if not b.host:
+        raise ValueError(f"{api}(..., target={b.name!r}) is not available: the {b.name} target "
+                         "gives device functions through zyg.grad and zyg.value_and_grad, and "
+                         "batches through zyg.vmap (docs/cuda.md)")
+    return b
+
+
+__all__ = ["Backend", "TARGETS", "get", "host", "register"]

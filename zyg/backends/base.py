@@ -53,6 +53,9 @@ class Backend:
     #: not as numpy 2's weak Python numbers: the transform casts such numbers to float32
     #: where zyg's kinds (numpy's semantics) say the result is float32
     strong_scalars = False
+    #: generated code runs on the host, called from Python (False for device code, which
+    #: only the API's device entry points build: zyg/cuda.py)
+    host = True
 
     def __init__(self):
         from ..pullbacks.tape import NumpyStacks

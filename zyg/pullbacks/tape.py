@@ -117,6 +117,10 @@ class NumpyStacks:
     def _Want(self, n) -> List[str]:
         return [f"_{n.stack}want = {n.value}"]
 
+    def _TapeOverflow(self, n) -> List[str]:
+        # growable: never short of room (only fixed-size storages emit this node)
+        return ["if " + " or ".join(f"_{s}sp > _{s}cap" for s in n.stacks) + ":"]
+
     def _Reserve(self, n) -> List[str]:
         if n.start:
             return [f"_{n.stack}end = _{n.stack}sp + {n.amount}"]

@@ -36,7 +36,7 @@ from ..ssa.analysis import (Aliases, activity, array_dtype, array_ndim, differen
                             is_tuple, is_complex, loops_of_blocks, natural_loops)
 from .arrays import ArrayMixin, zero_of
 from .structured import StructuredMixin
-from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
+from ..ssa.emit import (INFIX, PREFIX, ZERO, TapeOverflow, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
                         Def, Else, For, Grow, If, Line, Namespace, NoRoom, Peek, Pop, RoomCheck,
                         StackInit, Store, Want, While, const_src, if_chain, var_name)
 from ..ssa.lists import check_shared_arrays
@@ -1250,13 +1250,64 @@ class Emitter(ArrayMixin, StructuredMixin):
     # -- whole functions ---------------------------------------------------------
     def stack_init(self, code: Code, ind: int, pooled: bool = False) -> None:
         """Create the stacks; ``pooled``: start from buffers passed in as ``_f0``... ."""
+        bounded = getattr(self.p.backend, "bounded_tape", False)
+        bound = self.static_tape_bound() if bounded else None
         for s in sorted(self.stack_used):
-            code.put(ind, StackInit(s, pooled))
-        if self.stack_used:
+            code.put(ind, StackInit(s, pooled, None if bound is None else max(1, bound.get(s, 0))))
+        if self.stack_used and not bounded:
             self.ns.ns["_zyg_grow"] = self.p.backend.helper(grow)
         if self.arr_vars:
             for k, v in helpers(self.p.backend).items():
                 self.ns.ns[k] = v
+
+    def static_tape_bound(self) -> Optional[Dict[str, int]]:
+        """The most items each stack can receive in any run of the recording primal, when
+        every loop that contains a pushing block is a counted loop (``for i in range(a, b,
+        c)``) whose trip count is a constant; else None.  An upper bound: every block is
+        counted as if it ran on every iteration of the loops around it (branches add up),
+        and a loop's header once more than its body."""
+        trips: Dict[int, int] = {}
+        for h in self.p.loops:
+            t = self._constant_trip(h)
+            if t is not None:
+                trips[h] = t
+        total: Dict[str, int] = {}
+        for b in self.fn.order:
+            need = self.block_demand(self.fn.blocks[b])
+            if not any(need.values()):
+                continue
+            mult = 1
+            for h in self.p.loops_of[b]:
+                if h not in trips:
+                    return None
+                mult *= trips[h] + 1
+            for s, c in need.items():
+                if not isinstance(c, int):
+                    return None
+                total[s] = total.get(s, 0) + c * mult
+        return total
+
+    def _constant_trip(self, h: int) -> Optional[int]:
+        """The trip count of the loop headed by ``h`` when it is ``for i in range(a, b, c)``
+        with constants ``a``, ``b`` and ``c > 0`` (the header tests ``i < b`` only)."""
+        import operator as _op
+        head = self.fn.blocks[h]
+        if len(head.stmts) != 1 or not isinstance(head.term, Branch):
+            return None
+        st = head.stmts[0]
+        e = st.expr
+        if e.fn is not _op.lt or len(e.args) != 2 or head.term.cond != st.var:
+            return None
+        i, stop = e.args
+        if not isinstance(i, Var) or i.id not in self.recompute or self.recompute[i.id][2] != h:
+            return None
+        init, step, _ = self.recompute[i.id]
+        if head.term.true not in self.p.loops[h] or step <= 0:
+            return None
+        if not (isinstance(stop, Const) and type(stop.value) is int
+                and isinstance(init, Const) and type(init.value) is int):
+            return None
+        return max(0, (stop.value - init.value + step - 1) // step)
 
     def residual_init(self, code: Code, ind: int) -> None:
         kinds_by_name = {}
@@ -1382,29 +1433,41 @@ def emit_fused(p: Plan, name: str, value: bool = True, zero_guards: bool = True)
     nan, which is the only way leaving them out can change a result: the caller then
     runs the variant with the tests.  The last item returned says whether any was left out.
     """
-    if len(p.fn.order) >= SPLIT_BLOCKS:
+    # a back end whose tape has a fixed size (cuda: per-thread local arrays) gets one
+    # function without tape buffers in or out; it returns, last, the room the tape needed
+    # when it ran out (0 when it did not), and then skips the adjoint
+    bounded = getattr(p.backend, "bounded_tape", False)
+    if len(p.fn.order) >= SPLIT_BLOCKS and not bounded:
         return _emit_fused_split(p, name, value, zero_guards)
     em = Emitter(p)
     em.zero_guards = zero_guards
     adj = Code()
     em.adjoint(adj, 1)
     body = Code()
-    em.stack_init(body, 1, pooled=True)
+    em.stack_init(body, 1, pooled=not bounded)
     em.residual_init(body, 1)
     em.primal(body, 1, record=True)
     outs = em.grad_outputs()
     stacks = sorted(em.stack_used)
     code = Code()
-    code.put(0, _header(p.fn, name, [f"_{s}0" for s in stacks]))
+    code.put(0, _header(p.fn, name, [] if bounded else [f"_{s}0" for s in stacks]))
     what = "Value and gradient" if value else "Gradient"
     code.add(1, f'"""{what} of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
     code.add(1, "_dy = 1.0")
     code.extend(body)
+    if bounded and stacks:
+        code.put(1, TapeOverflow(tuple(stacks)))
+        em.ns.ns["math"] = math
+        nan = ["math.nan"] * len(outs)
+        g = nan[0] if len(nan) == 1 else "(" + ", ".join(nan) + ")"
+        res = ([("_ret")] if value else []) + [g if outs else "()"]
+        res.append(" + ".join(f"_{s}sp" for s in stacks))       # >= the room it needed
+        code.add(2, "return " + ", ".join(res))
     code.extend(adj)
     g = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
     if not outs:
         g = "()"
-    res = ([("_ret")] if value else []) + [g] + [f"_{s}s" for s in stacks]
+    res = ([("_ret")] if value else []) + [g] + (["0"] if bounded else [f"_{s}s" for s in stacks])
     retry = _nan_check(em, code, outs)
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
     diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]

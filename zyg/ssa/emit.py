@@ -143,9 +143,13 @@ def if_chain(first: bool, cond: str) -> Union[If, Elif]:
 @dataclass(frozen=True)
 class StackInit:
     """Tape operation: create stack ``stack`` (empty); ``pooled``: start from the buffer
-    the caller passed in (``_<stack>0``)."""
+    the caller passed in (``_<stack>0``); ``bound``: the most items the stack can hold in
+    any run, where the transform proved one (no loop, or counted loops of constant trip
+    counts only), else None.  A storage of fixed size (the cuda back end's local arrays)
+    allocates exactly ``bound``; growable storages ignore it."""
     stack: str
     pooled: bool = False
+    bound: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -255,14 +259,24 @@ class Reserve:
     start: bool = False
 
 
+@dataclass(frozen=True)
+class TapeOverflow:
+    """Tape operation of fixed-size storages (``Backend.bounded_tape``): did any of the
+    ``stacks`` run out of room while the primal ran?  A block header, between the recording
+    primal and the adjoint; its body leaves the function without running the adjoint (the
+    tape is incomplete).  The tops ``_<s>sp`` still count every push past the end, so after
+    the primal they say how much room the run needed."""
+    stacks: Tuple[str, ...]
+
+
 TAPE = (StackInit, Store, Advance, Pop, Peek, PushArray, PopArray, SetTop, RoomCheck, NoRoom,
-        Grow, Capacity, Want, Reserve)
+        Grow, Capacity, Want, Reserve, TapeOverflow)
 Node = Union[Line, CounterSet, ChainStart, ChainNext, Def, If, Elif, Else, While, For,
              StackInit, Store, Advance, Pop, Peek, PushArray, PopArray, SetTop, RoomCheck, NoRoom,
-             Grow, Capacity, Want, Reserve]
+             Grow, Capacity, Want, Reserve, TapeOverflow]
 # the nodes that open a block: the statements one level deeper that follow are their body
 # (RoomCheck and NoRoom are ifs whose condition the storage spells)
-HEADERS = (Def, If, Elif, Else, While, For, RoomCheck, NoRoom)
+HEADERS = (Def, If, Elif, Else, While, For, RoomCheck, NoRoom, TapeOverflow)
 # the statements that tie a reversed loop's iterations to their order
 ORDERED = (Pop, PopArray, SetTop, CounterSet, ChainStart, ChainNext, Reserve)
 

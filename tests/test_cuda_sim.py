@@ -1,0 +1,626 @@
+"""The cuda back end (issue 25, first slice): device gradients called from user kernels,
+``zyg.vmap`` on cuda, cpu and python, tape bounding and overflow, refusals.
+
+numba's CUDA simulator must be switched on before numba is imported, so the checks run in
+one child process (``python tests/test_cuda_sim.py --run``) with ``NUMBA_ENABLE_CUDASIM=1``;
+the rest of the suite is unaffected.  With ``ZYG_CUDA_DEVICE=1`` the child runs on the real
+GPU instead (``scripts/cuda_device_check.py`` does that), and the kernels are compiled by
+numba.cuda for real.  Each check is one pytest test here; the child reports every check's
+outcome (and traceback) as JSON.  Simulated threads cost ~85 us each: grids stay <= 64.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import traceback
+
+import numpy as np
+
+try:
+    import pytest
+except ImportError:         # the child (--run) needs no pytest: a GPU machine may lack it
+    pytest = None
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: numba.cuda, bound in the child before the checks run (kernels must find it as a global of
+#: their module: the simulator swaps module globals that are numba.cuda)
+cuda = None
+ROOT = os.path.dirname(HERE)
+
+
+# -- the functions differentiated (plain Python, as users write them) -----------------------
+
+def bessel_j(z, nu):
+    """J_nu(z) by its power series, summed until the terms stop mattering (a data-dependent
+    while loop: the trip count depends on z)."""
+    x = z / 2.0
+    s = x ** nu
+    for j in range(2, nu + 1):
+        s /= j
+    o = s
+    k = 0
+    while abs(s) > 1e-17 * abs(o):
+        k += 1
+        s *= -x * x / (k * (k + nu))
+        o += s
+    return o
+
+
+def branchy(x, y):
+    if x > 0.5:
+        r = x * y + math.exp(-x)
+    elif x > -0.5:
+        r = math.sin(x) * y * y
+    else:
+        r = y / (1.0 + x * x)
+    return r + 0.25 * x
+
+
+def _sq(u):
+    return u * u
+
+
+def _poly(u, c):
+    return c * _sq(u) + u
+
+
+def with_helpers(x, c):
+    return _poly(math.tanh(x), c) + _sq(x) * 0.5
+
+
+def table_loop(x, a):
+    s = 0.0
+    for i in range(8):
+        s = math.sin(s * x + a[i])
+    return s
+
+
+def nested_loops(x, y):
+    acc = 0.0
+    for i in range(3):
+        t = x
+        for j in range(4):
+            t = t * y + math.cos(t + i)
+        acc += t
+    return acc
+
+
+def runtime_loop(x, n):
+    s = x
+    for i in range(n):
+        s = math.sin(s) + x * 0.5
+    return s
+
+
+def newton_sqrt(a, x0):
+    """A counted loop left by break (the trip count is only bounded)."""
+    x = x0
+    for it in range(50):
+        nx = 0.5 * (x + a / x)
+        if abs(nx - x) < 1e-13:
+            x = nx
+            break
+        x = nx
+    return x * x0
+
+
+def while_break(x, limit):
+    """A while True loop with break and continue, and a data-dependent trip count."""
+    s = x
+    k = 0
+    while True:
+        k += 1
+        if k % 3 == 0:
+            s = s * 0.5
+            continue
+        s = math.sin(s) + x
+        if s > limit or k > 40:
+            break
+    return s
+
+
+def many_branches(x, y):
+    """Enough blocks that the cpu target splits its gradient in two functions."""
+    r = 0.0
+    if x > 0.1:
+        r += x * y
+    if x > 0.2:
+        r += math.sin(x)
+    if x > 0.3:
+        r += x * x * y
+    if y > 0.4:
+        r += math.cos(y * x)
+    if x > 0.5:
+        r += math.exp(-x)
+    if y > 0.6:
+        r += y / (1.0 + x)
+    if x > 0.7:
+        r += x ** 3
+    if y > 0.8:
+        r += math.tanh(x + y)
+    if x + y > 0.9:
+        r += math.sqrt(x + y)
+    return r
+
+
+def long_loop(x):
+    """A counted loop too long for an exactly sized local tape (20,000 pushes)."""
+    s = 0.0
+    for i in range(20000):
+        s = math.sin(s + x)
+    return s
+
+
+def allocates(x):
+    return float(np.sum(np.ones(3) * x))
+
+
+def writes(x, a):
+    a[0] = x
+    return a[0] * x
+
+
+def returns_array(x, a):
+    return a * x
+
+
+def recursive(x, n):
+    if n == 0:
+        return x
+    return math.sin(recursive(x, n - 1))
+
+
+# -- the checks (run in the child) ------------------------------------------------------------
+
+def _fd(f, args, i, h=1e-6):
+    up = list(args)
+    dn = list(args)
+    up[i] += h
+    dn[i] -= h
+    return (f(*up) - f(*dn)) / (2 * h)
+
+
+def _close(a, b, tol, what=""):
+    import numpy as np
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    err = np.max(np.abs(a - b) / (1.0 + np.abs(b)))
+    assert err <= tol, f"{what}: max rel error {err:.3e} > {tol:.1e}\n{a}\n{b}"
+
+
+def _launch(kern, n, *args):
+    threads = min(64, n)
+    kern[(n + threads - 1) // threads, threads](*args)
+
+
+def check_branches_tuple_argnums():
+    import numpy as np
+    import zyg
+    dg = zyg.grad(branchy, argnums=(0, 1), target="cuda")
+
+    @cuda.jit
+    def k(xs, ys, gx, gy):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            a, b = dg(xs[i], ys[i])
+            gx[i] = a
+            gy[i] = b
+    xs = np.linspace(-1.5, 1.5, 24)
+    ys = np.linspace(0.3, 2.0, 24)
+    gx, gy = np.zeros(24), np.zeros(24)
+    _launch(k, 24, xs, ys, gx, gy)
+    cpu = zyg.grad(branchy, argnums=(0, 1))
+    ref = np.array([cpu(float(x), float(y)) for x, y in zip(xs, ys)])
+    _close(gx, ref[:, 0], 1e-12, "d/dx vs cpu")
+    _close(gy, ref[:, 1], 1e-12, "d/dy vs cpu")
+    fd = np.array([_fd(branchy, [float(x), float(y)], 0) for x, y in zip(xs, ys)])
+    _close(gx, fd, 1e-6, "d/dx vs finite differences")
+
+
+def check_helpers_value_and_grad():
+    import numpy as np
+    import zyg
+    vg = zyg.value_and_grad(with_helpers, target="cuda")
+
+    @cuda.jit
+    def k(xs, c, v, g):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            v[i], g[i] = vg(xs[i], c)
+    xs = np.linspace(-2, 2, 16)
+    v, g = np.zeros(16), np.zeros(16)
+    _launch(k, 16, xs, 0.7, v, g)
+    _close(v, [with_helpers(float(x), 0.7) for x in xs], 1e-14, "value")
+    _close(g, [_fd(with_helpers, [float(x), 0.7], 0) for x in xs], 1e-6, "gradient vs fd")
+
+
+def check_counted_loop_static_tape():
+    import numpy as np
+    import zyg
+    from zyg import backends
+    from zyg.cuda import build
+    dg = zyg.grad(table_loop, target="cuda")
+
+    @cuda.jit
+    def k(xs, a, g):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            g[i] = dg(xs[i], a)
+    a = np.linspace(0.1, 0.9, 8)
+    xs = np.linspace(-1, 1, 16)
+    g = np.zeros(16)
+    _launch(k, 16, xs, cuda.to_device(a), g)
+    cpu = zyg.grad(table_loop)
+    _close(g, [cpu(float(x), a) for x in xs], 1e-12, "vs cpu")
+    _close(g, [_fd(table_loop, [float(x), a], 0) for x in xs], 1e-6, "vs fd")
+    # 8 iterations of two pushes (header counted once more): a local array of exactly 18,
+    # no overflow test on the stores
+    b = build(table_loop, ["float", "f8[1]"], 0, backends.get("cuda"))
+    text = open(b.path).read()
+    assert "cuda.local.array(18, np.float64)" in text, text
+    assert " if _fsp + 0 < " not in text
+
+
+def check_nested_counted_loops():
+    import numpy as np
+    import zyg
+    xs = np.linspace(-0.8, 0.8, 12)
+    ys = np.linspace(0.2, 0.9, 12)
+    gc = zyg.vmap(zyg.grad(nested_loops, argnums=(0, 1)), target="cuda")(xs, ys)
+    gp = zyg.vmap(zyg.grad(nested_loops, argnums=(0, 1)), target="cpu")(xs, ys)
+    _close(gc[0], gp[0], 1e-12, "dx")
+    _close(gc[1], gp[1], 1e-12, "dy")
+    _close(gc[1], [_fd(nested_loops, [float(x), float(y)], 1) for x, y in zip(xs, ys)], 1e-6, "fd")
+
+
+def check_bessel_while_loop():
+    import numpy as np
+    import zyg
+    dj = zyg.grad(bessel_j, target="cuda")
+    vj = zyg.value_and_grad(bessel_j, target="cuda")
+
+    @cuda.jit
+    def k(z, nu, g, v, g2):
+        i = cuda.grid(1)
+        if i < z.shape[0]:
+            g[i] = dj(z[i], nu)
+            v[i], g2[i] = vj(z[i], nu)
+    z = np.linspace(0.05, 12.0, 40)
+    g, v, g2 = np.zeros(40), np.zeros(40), np.zeros(40)
+    _launch(k, 40, z, 2, g, v, g2)
+    cpu = zyg.grad(bessel_j)
+    _close(g, [cpu(float(x), 2) for x in z], 1e-12, "vs cpu")
+    _close(g, [_fd(bessel_j, [float(x), 2], 0) for x in z], 1e-6, "vs fd")
+    _close(g2, g, 0, "value_and_grad's gradient")
+    _close(v, [bessel_j(float(x), 2) for x in z], 1e-14, "value")
+    # J2' = (J1 - J3) / 2
+    from math import factorial
+    def series(x, n):
+        return sum((-1) ** m / (factorial(m) * factorial(m + n)) * (x / 2) ** (2 * m + n)
+                   for m in range(60))
+    _close(g, [(series(x, 1) - series(x, 3)) / 2 for x in z], 1e-9, "vs the identity")
+
+
+def check_tape_overflow():
+    import numpy as np
+    import zyg
+    old = zyg.cuda.tape_size()
+    zyg.cuda.set_tape_size(8)          # Bessel needs ~3 items per term: too small
+    try:
+        vj = zyg.value_and_grad(bessel_j, target="cuda")
+
+        @cuda.jit
+        def k(z, v, g):
+            i = cuda.grid(1)
+            if i < z.shape[0]:
+                v[i], g[i] = vj(z[i], 2)
+        z = np.array([0.01, 3.0, 8.0, 10.0])
+        v, g = np.zeros(4), np.zeros(4)
+        _launch(k, 4, z, v, g)
+        # the value is right; the gradient of a run whose tape overflowed is NaN, never wrong
+        _close(v, [bessel_j(float(x), 2) for x in z], 1e-14, "value on overflow")
+        assert np.isnan(g[1:]).all(), g
+        ref = np.array([zyg.grad(bessel_j)(float(x), 2) for x in z])
+        assert np.isnan(g[0]) or abs(g[0] - ref[0]) < 1e-12
+        # vmap relaunches with a tape large enough
+        gv = zyg.vmap(zyg.grad(bessel_j), target="cuda")(z, 2)
+        _close(gv, ref, 1e-12, "vmap after relaunch")
+        keep = zyg.cuda.MAX_TAPE_SIZE
+        zyg.cuda.MAX_TAPE_SIZE = 16
+        try:
+            zyg.vmap(zyg.grad(bessel_j), target="cuda")(np.array([10.0]), 2)
+        except zyg.cuda.TapeOverflowError as e:
+            assert "too small" in str(e)
+        else:
+            raise AssertionError("no TapeOverflowError past MAX_TAPE_SIZE")
+        finally:
+            zyg.cuda.MAX_TAPE_SIZE = keep
+    finally:
+        zyg.cuda.set_tape_size(old)
+
+
+def check_runtime_bound_loop():
+    import numpy as np
+    import zyg
+    from zyg import backends
+    from zyg.cuda import build
+    # a constant bound too large for local memory: the checked tape, grown by vmap
+    text = open(build(long_loop, ["float"], 0, backends.get("cuda")).path).read()
+    assert "cuda.local.array(256, np.float64)" in text and " if _fsp + 0 < 255 else 255]" in text
+    xs = np.array([0.3, 0.7])
+    _close(zyg.vmap(zyg.grad(long_loop), target="cuda")(xs),
+           zyg.vmap(zyg.grad(long_loop), target="cpu")(xs), 1e-12, "long loop")
+    xs = np.linspace(-1, 1, 10)
+    for n in (0, 3, 50):
+        gc = zyg.vmap(zyg.grad(runtime_loop), target="cuda")(xs, n)
+        gp = zyg.vmap(zyg.grad(runtime_loop), target="cpu")(xs, n)
+        _close(gc, gp, 1e-12, f"n={n}")
+
+
+def check_break_and_continue():
+    import numpy as np
+    import zyg
+    a = np.linspace(0.5, 9.0, 12)
+    gc = zyg.vmap(zyg.grad(newton_sqrt, argnums=(0, 1)), target="cuda")(a, np.full(12, 1.5))
+    gp = zyg.vmap(zyg.grad(newton_sqrt, argnums=(0, 1)), target="cpu")(a, np.full(12, 1.5))
+    _close(gc[0], gp[0], 1e-12, "newton d/da vs cpu")
+    _close(gc[1], gp[1], 1e-12, "newton d/dx0 vs cpu")
+    _close(gc[0], [_fd(newton_sqrt, [float(v), 1.5], 0) for v in a], 1e-6, "newton vs fd")
+    xs = np.linspace(0.1, 1.2, 12)
+    gc = zyg.vmap(zyg.grad(while_break), target="cuda")(xs, 1.8)
+    gp = zyg.vmap(zyg.grad(while_break), target="cpu")(xs, 1.8)
+    _close(gc, gp, 1e-12, "while/break/continue vs cpu")
+    _close(gc, [_fd(while_break, [float(x), 1.8], 0) for x in xs], 1e-5, "while/break vs fd")
+
+
+def check_many_blocks():
+    import numpy as np
+    import zyg
+    xs = np.linspace(0.05, 1.0, 11)
+    ys = np.linspace(1.0, 0.3, 11)
+    ref = [_fd(many_branches, [float(x), float(y)], 0) for x, y in zip(xs, ys)]
+    for target in ("cuda", "cpu", "python"):
+        g = zyg.vmap(zyg.grad(many_branches), target=target)(xs, ys)
+        _close(g, ref, 1e-6, target)
+
+
+def check_vmap_targets_agree():
+    import numpy as np
+    import zyg
+    z = np.linspace(0.1, 6.0, 33)
+    ref = np.array([zyg.grad(bessel_j)(float(x), 2) for x in z])
+    for target in ("cuda", "cpu", "python"):
+        g = zyg.vmap(zyg.grad(bessel_j), target=target)(z, 2)
+        assert isinstance(g, np.ndarray) and g.shape == (33,), (target, type(g))
+        _close(g, ref, 1e-12, target)
+        v, g2 = zyg.vmap(zyg.value_and_grad(bessel_j), target=target)(z, 2)
+        _close(v, [bessel_j(float(x), 2) for x in z], 1e-14, target + " values")
+        _close(g2, ref, 1e-12, target + " value_and_grad")
+        vals = zyg.vmap(bessel_j, target=target)(z, 2)          # a plain function: its values
+        _close(vals, v, 1e-14, target + " plain")
+    # explicit in_axes: the table shared, the points mapped; a grad of the cuda target too
+    a = np.linspace(0.1, 0.9, 8)
+    xs = np.linspace(-1, 1, 9)
+    g1 = zyg.vmap(zyg.grad(table_loop, target="cuda"), in_axes=(0, None), target="cuda")(xs, a)
+    g2 = zyg.vmap(zyg.grad(table_loop), target="cpu")(xs, a)
+    _close(g1, g2, 1e-12, "in_axes")
+    # per-item rows of a 2-D array, mapped where the function indexes a 1-D array
+    rows = np.stack([a * (1 + 0.1 * k) for k in range(9)])
+    g3 = zyg.vmap(zyg.grad(table_loop), in_axes=(0, 0), target="cuda")(xs, rows)
+    g4 = np.array([zyg.grad(table_loop)(float(x), r.copy()) for x, r in zip(xs, rows)])
+    _close(g3, g4, 1e-12, "mapped rows")
+    g5 = zyg.vmap(zyg.grad(table_loop), target="cpu")(xs, rows)      # inferred: rows mapped
+    _close(g5, g4, 1e-12, "mapped rows, inferred")
+    # device arrays in, device arrays out
+    gd = zyg.vmap(zyg.grad(bessel_j), target="cuda")(cuda.to_device(z), 2)
+    assert not isinstance(gd, np.ndarray)
+    _close(gd.copy_to_host(), ref, 1e-12, "device arrays")
+
+
+def check_refusals():
+    import numpy as np
+    import zyg
+    from zyg import backends
+    from zyg.cuda import build
+    cu = backends.get("cuda")
+    cases = [
+        (allocates, ["float"], 0, zyg.UnsupportedSyntax, "cannot allocate"),
+        (writes, ["float", "f8[1]"], 0, zyg.UnsupportedSyntax, "writing into an array"),
+        (returns_array, ["float", "f8[1]"], 0, zyg.ZygError, "scalar"),
+        (recursive, ["float", "int"], 0, zyg.UnsupportedSyntax, "recursion"),
+        (table_loop, ["float", "f8[1]"], 1, zyg.TypeMismatch, "float arguments"),
+    ]
+    for f, kinds, argnums, exc, words in cases:
+        try:
+            build(f, kinds, argnums, cu)
+        except exc as e:
+            assert words in str(e), (f.__name__, str(e))
+            if exc is zyg.UnsupportedSyntax and f is not returns_array:
+                assert e.lineno is not None and e.filename.endswith("test_cuda_sim.py"), str(e)
+        else:
+            raise AssertionError(f"{f.__name__} was not refused")
+    # host entry points refuse the device target; no second derivatives on it
+    for call in (lambda: zyg.pullback(branchy, 1.0, 2.0, target="cuda"),
+                 lambda: zyg.jvp(branchy, (1.0, 2.0), (1.0, 0.0), target="cuda"),
+                 lambda: zyg.hessian(branchy, target="cuda")(1.0, 2.0)):
+        try:
+            call()
+        except ValueError as e:
+            assert "device functions" in str(e), str(e)
+        else:
+            raise AssertionError("a host entry point accepted target='cuda'")
+    try:
+        zyg.grad(zyg.grad(branchy), target="cuda")
+    except zyg.UnsupportedSyntax as e:
+        assert "second derivative" in str(e)
+    else:
+        raise AssertionError("a device gradient of a gradient was not refused")
+    # the same refusal through vmap, before anything is launched
+    try:
+        zyg.vmap(zyg.grad(allocates), target="cuda")(np.ones(4))
+    except zyg.UnsupportedSyntax as e:
+        assert "np.ones" in str(e)
+    else:
+        raise AssertionError("vmap of an allocating function was not refused")
+
+
+# -- driverless PTX: the real compilation path, without a GPU ---------------------------------
+
+class Skip(Exception):
+    pass
+
+
+def _ptx(fn, sig):
+    """``cuda.compile_ptx`` of the kernel ``fn`` for compute capability 9.0.  Without a GPU,
+    numba's built-in numba.cuda asks the driver for the device's compute capability when it
+    compiles a device function called from the kernel: that question is answered here."""
+    from numba import config
+    if config.ENABLE_CUDASIM:
+        raise Skip("the simulator compiles no PTX")
+    import numba.cuda.dispatcher as disp
+    if not device_mode():
+        if hasattr(disp, "get_current_device"):
+            import types as _t
+            disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(9, 0))
+        try:
+            # numba-cuda asks NVRTC which architectures exist; NVVM alone needs only the name
+            from numba.cuda.cudadrv import nvrtc
+            orig = getattr(nvrtc, "get_arch_option", None)
+            if orig is not None and not getattr(orig, "_zyg", False):
+                def arch(major, minor, *a, **k):
+                    try:
+                        return orig(major, minor, *a, **k)
+                    except Exception:
+                        return f"compute_{major}{minor}"
+                arch._zyg = True
+                nvrtc.get_arch_option = arch
+        except ImportError:
+            pass
+    try:
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+    except Exception as e:
+        text = str(e)
+        if any(w in text for w in ("NVVM", "nvvm", "CUDA driver", "libnvrtc", "NVRTC")):
+            raise Skip(f"no CUDA toolkit to compile PTX with ({type(e).__name__}: {text[:200]})")
+        raise
+    return ptx
+
+
+def ptx_device_functions():
+    import numba
+    import zyg
+    f8, a1 = numba.float64, numba.float64[:]
+    dj = zyg.grad(bessel_j, target="cuda")
+    vg = zyg.value_and_grad(branchy, argnums=(0, 1), target="cuda")
+    dt = zyg.grad(table_loop, target="cuda")
+    dw = zyg.grad(while_break, target="cuda")
+    dh = zyg.value_and_grad(with_helpers, target="cuda")
+
+    def k(z, a, c, out):
+        i = cuda.grid(1)
+        if i < z.shape[0]:
+            r = vg(z[i], 0.5)
+            g = r[1]
+            h = dh(z[i], c)
+            out[i] = dj(z[i], 2) + r[0] + g[0] + g[1] + dt(z[i], a) + dw(z[i], 1.8) + h[1]
+    ptx = _ptx(k, (a1, a1, f8, a1))
+    assert ".local" in ptx          # the Bessel and while_break tapes
+
+
+def ptx_vmap_kernels():
+    import numba
+    import zyg
+    from zyg import backends
+    cu = backends.get("cuda")
+    i8, a1, a2, i1 = numba.int64, numba.float64[:], numba.float64[:, :], numba.int64[:]
+    cases = [
+        (zyg.value_and_grad(bessel_j), ["float", "int"], [0, None], (a1, i8, a1, a1, i1, i8)),
+        (zyg.grad(nested_loops, argnums=(0, 1)), ["float", "float"], [0, 0], (a1, a1, a1, a1, i1, i8)),
+        (zyg.grad(table_loop), ["float", "f8[1]"], [0, 0], (a1, a2, a1, i1, i8)),
+        (bessel_j, ["float", "int"], [0, None], (a1, i8, a1, i1, i8)),
+    ]
+    for fn, kinds, ax, sig in cases:
+        b = zyg.vmap(fn, target="cuda")._zyg_batch
+        kern, _, _ = b._kernel(kinds, ax, cu)
+        _ptx(kern.py_func, sig)
+
+
+CHECKS = [n for n in list(globals()) if n.startswith("check_")]
+PTX = [n for n in list(globals()) if n.startswith("ptx_")]
+
+
+def run_checks(names):
+    """In the child: run the checks, print one JSON object of results."""
+    global cuda
+    from numba import cuda as _cuda
+    cuda = _cuda
+    out = {}
+    for n in names:
+        try:
+            globals()[n]()
+            out[n] = None
+        except Skip as e:
+            out[n] = "SKIP " + str(e)
+        except BaseException:           # report, go on with the next check
+            out[n] = traceback.format_exc()
+    from numba import config
+    out["_mode"] = "simulator" if config.ENABLE_CUDASIM else "device"
+    print("ZYG_CUDA_RESULTS " + json.dumps(out))
+
+
+# -- the pytest side ----------------------------------------------------------------------------
+
+def device_mode() -> bool:
+    return os.environ.get("ZYG_CUDA_DEVICE", "") not in ("", "0")
+
+
+def _child(names, simulated: bool):
+    env = dict(os.environ)
+    if simulated:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    else:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run"] + names, env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZYG_CUDA_RESULTS ")]
+    assert line, f"the child failed (status {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    got = json.loads(line[-1][len("ZYG_CUDA_RESULTS "):])
+    assert got["_mode"] == ("simulator" if simulated else "device"), got["_mode"]
+    return got
+
+
+if pytest is not None:
+    @pytest.fixture(scope="module")
+    def results():
+        """The checks: on the simulator, or on the GPU with ZYG_CUDA_DEVICE=1."""
+        return _child(CHECKS, simulated=not device_mode())
+
+    @pytest.fixture(scope="module")
+    def ptx_results():
+        """Driverless PTX of the generated device code (a child without the simulator)."""
+        return _child(PTX, simulated=False)
+
+    def _verdict(got, name):
+        err = got.get(name, "not run")
+        if isinstance(err, str) and err.startswith("SKIP "):
+            pytest.skip(err[5:])
+        assert err is None, f"{name} ({got['_mode']}):\n{err}"
+
+    @pytest.mark.parametrize("name", CHECKS)
+    def test_cuda(results, name):
+        _verdict(results, name)
+
+    @pytest.mark.parametrize("name", PTX)
+    def test_ptx(ptx_results, name):
+        _verdict(ptx_results, name)
+
+
+if __name__ == "__main__":
+    if "--run" in sys.argv:
+        sys.path.insert(0, ROOT)
+        sys.path.insert(0, HERE)
+        import test_cuda_sim as mod        # the functions' source must come from a file
+        mod.run_checks([a for a in sys.argv[1:] if a.startswith(("check_", "ptx_"))] or
+                       mod.CHECKS + mod.PTX)

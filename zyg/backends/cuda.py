@@ -1,0 +1,246 @@
+"""The ``cuda`` back end: generated code runs as numba.cuda device code, one thread per call.
+
+What it spells differently from ``cpu`` (``../shared/CUDA_AND_TASKS.md``, section 2):
+
+* the tape (:class:`LocalStacks`): per-thread ``cuda.local.array`` stacks of a size fixed at
+  compile time.  Where the transform proved a bound (``StackInit.bound``: no loop pushes, or
+  only counted loops of constant trip counts) the stack has exactly that size and needs no
+  checks; otherwise it has :attr:`CudaBackend.tape_size` items, and a run that needs more
+  keeps going in *overflow mode*: the primal finishes (its value is right), stores past the
+  end land on the last slot, the tops keep counting, and the :class:`~zyg.ssa.emit.
+  TapeOverflow` test after the primal returns without running the adjoint, with a NaN
+  gradient and the room needed (``zyg/pullbacks/transform.py``, ``emit_fused``);
+* no allocation, no growth, no calls back into Python: such programs are refused before
+  code is generated (``zyg/cuda.py``), and the nodes that would need them raise here too;
+* helpers of generated code are ``cuda.jit(device=True)`` functions.
+
+numba.cuda is imported lazily (:func:`cuda_module`), after the numpy 2.5 shim that
+numba-cuda 0.30.x needs (:func:`numpy_shim`).  Under numba's simulator
+(``NUMBA_ENABLE_CUDASIM=1``) generated device code runs as Python: ``cuda.local.array``
+is then a numpy array (:class:`_SimCuda`).
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+from ..errors import UnsupportedSyntax
+from ..pullbacks.tape import STACKS
+from .base import Backend
+
+#: items per stack of a per-thread tape whose size the transform could not bound
+DEFAULT_TAPE_SIZE = 256
+#: the largest stack sized by the transform's bound; a larger bound (a long counted loop)
+#: gets the checked per-thread tape instead (local memory is 512 KiB per thread at most)
+MAX_STATIC = 16384
+#: "no limit": the room of a stack once it overflowed (every later check passes)
+_UNBOUNDED = 1 << 62
+
+
+def numpy_shim() -> bool:
+    """numba-cuda 0.30.x registers an overload of ``np.row_stack`` when it first compiles,
+    and numpy 2.5 removed that function (every kernel then fails with an AttributeError):
+    alias it to ``np.vstack`` (what it was) where it is missing.  Returns whether the shim
+    was applied."""
+    if hasattr(np, "row_stack"):
+        return False
+    np.row_stack = np.vstack
+    return True
+
+
+def simulator() -> bool:
+    """Is numba's CUDA simulator in force (``NUMBA_ENABLE_CUDASIM=1`` before numba was
+    imported)?"""
+    from numba import config
+    return bool(getattr(config, "ENABLE_CUDASIM", 0))
+
+
+def cuda_module():
+    """``numba.cuda``, imported after the numpy shim."""
+    numpy_shim()
+    from numba import cuda
+    return cuda
+
+
+class _SimLocal:
+    @staticmethod
+    def array(shape, dtype):
+        return np.zeros(shape, dtype)
+
+
+class _SimCuda:
+    """What generated device code calls ``cuda`` under the simulator: the simulator's own
+    ``cuda.local`` exists only inside a kernel's swapped module, which several simulated
+    threads swap in and out of shared module globals; a fixed object avoids that race."""
+    local = _SimLocal()
+
+
+def _max2(a, b):
+    return a if a > b else b
+
+
+def _min2(a, b):
+    return a if a < b else b
+
+
+class LocalStacks:
+    """The tape on the cuda back end: per stack a ``cuda.local.array`` ``_<s>s`` of a size
+    fixed at compile time, its room ``_<s>cap``, its top ``_<s>sp`` and the room a counted
+    loop asked for ``_<s>want``.  One instance renders one generated module (it remembers
+    each stack's size and whether the transform bounded it)."""
+
+    def __init__(self, tape_size: int):
+        self.tape_size = tape_size
+        self.size: Dict[str, int] = {}
+        self.checked: Dict[str, bool] = {}
+
+    def lower(self, node) -> List[str]:
+        return getattr(self, "_" + type(node).__name__)(node)
+
+    def _slot(self, s: str, offset) -> str:
+        e = f"_{s}sp" if offset is None else f"_{s}sp + {offset}"
+        if self.checked.get(s, True):
+            # overflow mode writes past the end onto the last slot (the run is discarded)
+            last = self.size[s] - 1
+            return f"_{s}s[{e} if {e} < {last} else {last}]"
+        return f"_{s}s[{e}]"
+
+    def _StackInit(self, n) -> List[str]:
+        s = n.stack
+        exact = n.bound is not None and n.bound <= MAX_STATIC
+        size = n.bound if exact else self.tape_size
+        self.size[s] = size
+        self.checked[s] = not exact
+        return [f"_{s}s = cuda.local.array({size}, {STACKS[s][0]})", f"_{s}cap = {size}",
+                f"_{s}sp = 0", f"_{s}want = 0"]
+
+    def _Store(self, n) -> List[str]:
+        return [f"{self._slot(n.stack, n.offset)} = {n.value}"]
+
+    def _Advance(self, n) -> List[str]:
+        return [f"_{n.stack}sp += {n.count}"]
+
+    def _Pop(self, n) -> List[str]:
+        return [f"_{n.stack}sp -= {n.count}"]
+
+    def _Peek(self, n) -> List[str]:
+        # the adjoint runs only on a complete tape: plain reads
+        off = f"_{n.stack}sp" if n.offset is None else f"_{n.stack}sp + {n.offset}"
+        return [f"{n.name} = _{n.stack}s[{off}]"]
+
+    def _PushArray(self, n) -> List[str]:
+        raise UnsupportedSyntax("an array recorded on the tape cannot live in CUDA device code "
+                                "(a per-thread tape holds scalars)")
+
+    _PopArray = _PushArray
+
+    def _SetTop(self, n) -> List[str]:
+        return [f"_{n.stack}sp = {n.value}"]
+
+    def _RoomCheck(self, n) -> List[str]:
+        s = n.stack
+        more = f" or _{s}want > _{s}cap" if n.want else ""
+        return [f"if {n.need} > _{s}cap{more}:"]
+
+    def _NoRoom(self, n) -> List[str]:
+        return ["if " + " or ".join(f"_{s}sp + {c} > _{s}cap" for s, c in n.needs) + ":"]
+
+    def _Grow(self, n) -> List[str]:
+        # a local array cannot grow: from here on the stack is in overflow mode
+        return [f"_{n.stack}cap = {_UNBOUNDED}"]
+
+    def _Capacity(self, n) -> List[str]:
+        return ["pass"]
+
+    def _Want(self, n) -> List[str]:
+        return [f"_{n.stack}want = {n.value}"]
+
+    def _Reserve(self, n) -> List[str]:
+        if n.start:
+            return [f"_{n.stack}end = _{n.stack}sp + {n.amount}"]
+        return [f"_{n.stack}end += {n.amount}"]
+
+    def _TapeOverflow(self, n) -> List[str]:
+        return ["if " + " or ".join(f"_{s}sp > {self.size[s]}" for s in n.stacks) + ":"]
+
+
+class CudaBackend(Backend):
+    """Device code for numba.cuda: one call per thread, a per-thread tape."""
+    name = "cuda"
+    compiled = True
+    native_byte_order = True
+    nd_masks = False
+    # no retry path on a device: the zero-cotangent tests are always generated
+    zero_guards_first = True
+    strong_scalars = True
+    #: the tape has a fixed size (:class:`LocalStacks`); emit_fused then takes no buffers,
+    #: reports overflow and never splits the gradient into two functions
+    bounded_tape = True
+    host = False
+
+    def __init__(self, tape_size: int = DEFAULT_TAPE_SIZE):
+        super().__init__()
+        self.tape_size = int(tape_size)
+        self.storage = LocalStacks(self.tape_size)
+
+    def sized(self, tape_size: int) -> "CudaBackend":
+        """This back end with another size of the unbounded per-thread tape."""
+        return self if tape_size == self.tape_size else CudaBackend(tape_size)
+
+    def tag(self) -> str:
+        sim = "simulator" if simulator() else "device"
+        return f"# target cuda ({sim}): per-thread tape of {self.tape_size} items where unbounded"
+
+    def prepare(self) -> None:
+        cuda_module()
+
+    def jit(self, fn: Callable, **kw) -> Callable:
+        if simulator():
+            return fn
+        return cuda_module().jit(device=True)(fn)
+
+    def vectorize(self, kernel: Callable, python: Callable) -> Callable:
+        # array helpers are bound in every module with arrays, and never called from device
+        # code (array-valued operations are refused before generation, zyg/cuda.py)
+        return python
+
+    def wrap(self, obj: Any) -> Any:
+        if isinstance(obj, types.FunctionType) and not \
+                (getattr(obj, "__module__", "") or "").startswith("numpy"):
+            return self.helper(obj)
+        return obj
+
+    def exec_source(self, src: str, label: str, glob: Dict[str, Any]) -> None:
+        exec(compile(src, label, "exec"), glob)
+
+    def function(self, src: str, label: str, glob: Dict[str, Any], name: str,
+                 uncacheable: bool = False) -> Callable:
+        self.exec_source(src, label, glob)
+        for k, v in list(glob.items()):
+            if isinstance(v, types.FunctionType) and k != name and not k.startswith("__"):
+                glob[k] = self.wrap(v)
+        return self.jit(glob[name])
+
+    def call_python(self, stmt: str, outs, glob: Dict[str, Any]):
+        raise UnsupportedSyntax("a call back into Python (a recursive call, zyg.checkpoint, a "
+                                "hook) cannot run in CUDA device code")
+
+    def load(self, code, ns: Dict[str, Any], names: List[str], stem: str):
+        # a fresh storage per module: it remembers the sizes of the stacks it declared
+        self.storage = LocalStacks(self.tape_size)
+        ns = dict(ns)
+        ns["cuda"] = _SimCuda() if simulator() else cuda_module()
+        ns["np"] = np
+        if not simulator():
+            # numba's built-in numba.cuda types max() and min() through an overload of
+            # *args that its device compiler rejects ("Signature mismatch"); generated code
+            # calls them with two numbers (tape room, trip counts): plain device functions
+            ns["max"] = self.helper(_max2)
+            ns["min"] = self.helper(_min2)
+        return super().load(code, ns, names, stem)
+
+    def finish(self, f: Callable, cache: bool) -> Callable:
+        # the device function is compiled where it is called (zyg/cuda.py)
+        return f
