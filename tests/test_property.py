@@ -233,14 +233,14 @@ def check(src, args, targets):
                            f" at {args} for\n{src}")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(programs(), points)
 def test_random_programs_python(src, args):
     check(src, args, ("python",))
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=6, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow,
                                                                 HealthCheck.filter_too_much])
 @given(programs(), points)
 def test_random_programs_cpu(src, args):

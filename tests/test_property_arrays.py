@@ -136,13 +136,13 @@ def _check(src: str, target: str) -> None:
                        vg, src, "\n" + src)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_random_array_programs_python(src):
     _check(src, "python")
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_random_array_programs_cpu(src):
     _check(src, "cpu")
