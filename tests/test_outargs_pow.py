@@ -404,3 +404,24 @@ def test_float_power_at_zero(target):
     with np.errstate(divide="ignore"):
         g = zyg.grad(lambda x: x[0] ** 0.5, target="python")(np.array([0.0]))
     assert g[0] == np.inf                           # the one-sided limit, as numpy's value
+
+
+def _inactive_then_written(a, b, x):
+    c = np.tanh(np.ones_like(a))           # no operand is active: its tangent was a float 0.0
+    r = np.divide(c, 1.0 + x * x, c)       # an active value written into it
+    return np.sum(r * b) + np.sum(c)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_jvp_of_an_inactive_array_made_active_by_an_output_argument(target):
+    # found by the long property run (ufunc_out): the tangent of c was the number 0.0, and
+    # the write through out= failed ("return arrays must be of ArrayType")
+    a = np.array([0.3, 0.5, 0.7, 0.9])
+    b = np.array([0.2, -0.4, 0.6, 0.8])
+    x = 0.5
+    tb = np.array([1.0, 0.5, -0.5, 0.25])
+    y, t = zyg.jvp(_inactive_then_written, (a, b, x), (np.zeros(4), tb, 1.0), target=target)
+    h = 1e-6
+    fd = (_inactive_then_written(a, b + h * tb, x + h) - _inactive_then_written(a, b - h * tb, x - h)) / (2 * h)
+    assert y == pytest.approx(_inactive_then_written(a, b, x), rel=1e-12)
+    assert t == pytest.approx(fd, rel=1e-7)

@@ -308,6 +308,12 @@ class Forward:
             terms.append(f"({self.rule_src(conv, ex, mapping)})")
         return " + ".join(terms) if terms else "0.0"
 
+    def zero_like(self, st: Stmt) -> str:
+        """The zero tangent of ``st.var``: an array of its shape for an array (a value
+        none of whose operands is active can become active later, when an active value is
+        written into it: ``c = np.tanh(zeros); np.divide(c, x, c)``)."""
+        return f"np.zeros_like({var_name(st.var)})" if is_array(self.kind(st.var)) else "0.0"
+
     def array_tangent(self, st: Stmt, args, act, kinds, y: str) -> str:
         e = st.expr
         fn = e.fn if not isinstance(e.fn, InPlace) else e.fn.op
@@ -329,7 +335,7 @@ class Forward:
                 a2 = list(args)
                 a2[i] = self.t(ops[i])
                 terms.append(self.call_src(st, a2))
-            return " + ".join(terms)
+            return " + ".join(terms) if terms else self.zero_like(st)
         r = dispatch.rule_for(fn)
         if r is None:
             raise self.err(st, f"no forward rule for {callee_name(fn)} on arrays")
@@ -388,7 +394,7 @@ class Forward:
                 terms.append(red)
             else:
                 raise self.err(st, f"no forward rule for {callee_name(fn)} with an array result")
-        return " + ".join(terms) if terms else "0.0"
+        return " + ".join(terms) if terms else self.zero_like(st)
 
     # -- the function ---------------------------------------------------------------------------
     def emit(self, name: str) -> Code:
