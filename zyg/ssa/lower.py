@@ -88,6 +88,17 @@ _UNSUPPORTED_EXPR_HINTS = {
 }
 
 
+try:
+    from numba import prange as _PRANGE
+except ImportError:     # pragma: no cover - numba is a dependency
+    _PRANGE = object()
+
+
+def _scalar_type(v: Any) -> bool:
+    """A number type (``float``, ``np.float64``): called as a conversion, passed as a dtype."""
+    return isinstance(v, type) and (v in (int, float, bool, complex) or issubclass(v, np.number))
+
+
 def range_cond(i, stop, step):
     """Loop condition of ``range`` with a step whose sign is only known at run time."""
     return i < stop if step > 0 else i > stop
@@ -220,6 +231,7 @@ class _Frame:
         self.what = what                 # the function or closure node (recursion check)
         self.locals: Set[str] = set()
         self.static: Dict[str, Any] = {}  # names bound to functions (def, lambda, arguments)
+        self.texts: Dict[str, Optional[str]] = {}   # locals only ever assigned strings
         self.loops: List[_Loop] = []
         self.exit: Optional[int] = None
 
@@ -244,6 +256,7 @@ def source_of(pyfn) -> "_Source":
 
 
 MAX_INLINE_DEPTH = 64
+MAX_UNROLL = 256        # elements of a tuple a loop is unrolled over
 
 
 def is_user_function(fn: Any) -> bool:
@@ -415,6 +428,7 @@ class Lowerer:
             p = self.new_param(entry, name)
             self.write(name, entry, p)
         self.f.locals = set(argnames) | self._assigned_names(node)
+        self.f.texts = _text_locals(node, set(argnames))
         self.f.exit = self.new_block(node)
         self.cur = entry
         if isinstance(node, gast.Lambda):
@@ -498,6 +512,19 @@ class Lowerer:
     def stmt_Pass(self, st) -> None:
         pass
 
+    def stmt_Nonlocal(self, st) -> None:
+        """``nonlocal a`` (``global a``) of a variable the function only reads: a read of the
+        enclosing function's variable (a global), as without the declaration."""
+        kind = type(st).__name__
+        for name in st.names:
+            if name in self.f.locals:
+                raise self.unsupported(st, f"the {kind.lower()} variable {name!r} is assigned here: "
+                                           f"differentiated code may read, not rebind, a variable of "
+                                           f"{'an enclosing function' if kind == 'Nonlocal' else 'the module'}",
+                                       _UNSUPPORTED_STMT_HINTS[kind])
+
+    stmt_Global = stmt_Nonlocal
+
     def stmt_Raise(self, st) -> None:
         from .raising import lower_raise
         lower_raise(self, st)
@@ -517,8 +544,10 @@ class Lowerer:
             return      # out = [], out = [... for ...] (zyg/ssa/lists.py)
         targets = st.targets
         if len(targets) == 1 and isinstance(targets[0], gast.Name):
+            if targets[0].id in self.f.texts:
+                return      # msg = "...": a message, spelled where it is raised (raising.py)
             fv = self.function_value(st.value)
-            if fv is not None and not isinstance(fv, type):
+            if fv is not None and (not isinstance(fv, type) or _scalar_type(fv)):
                 # g = lambda y: ..., h = g, s = np.sin: a function, bound statically
                 self.bind_function(targets[0].id, fv, st)
                 return
@@ -660,19 +689,17 @@ class Lowerer:
             self.cur = join  # unreachable join: following code is dead but still lowered
 
     def stmt_While(self, st) -> None:
-        if st.orelse:
-            raise self.unsupported(st, "'while ... else' is not supported",
-                                   "use a flag variable set before 'break'")
-        shape = _dispatch_shape(st)
+        shape = _dispatch_shape(st) if not st.orelse else None
         if shape is not None:
             self.dispatch_loop(st, *shape)
             return
         head = self.new_block(st)
         body = self.new_block(st)
         exit = self.new_block(st)
+        els = self.new_block(st.orelse[0]) if st.orelse else exit
         self.jump(head)
         self.cur = head
-        self.cond(st.test, body, exit)
+        self.cond(st.test, body, els)
         self.seal(body)
         self.cur = body
         self.loops.append(_Loop(head, exit))
@@ -681,6 +708,17 @@ class Lowerer:
         if self.cur is not None:
             self.jump(head)
         self.seal(head)
+        self.loop_else(st, els, exit)
+
+    def loop_else(self, st, els: int, exit: int) -> None:
+        """The ``else`` of a loop: it runs when the loop's test fails (the edge into
+        ``els``), not after a ``break`` (which jumps to ``exit`` directly)."""
+        if els != exit:
+            self.seal(els)
+            self.cur = els
+            self.stmts(st.orelse)
+            if self.cur is not None:
+                self.jump(exit)
         self.seal(exit)
         self.cur = exit
 
@@ -769,13 +807,26 @@ class Lowerer:
             self.stmt(last)
 
     def stmt_For(self, st) -> None:
-        if st.orelse:
-            raise self.unsupported(st, "'for ... else' is not supported",
-                                   "use a flag variable set before 'break'")
         it = st.iter
         fn = self.static_value(it.func) if isinstance(it, gast.Call) else None
         if fn is not None and fn in hooks.LOOPS:
+            if st.orelse:
+                raise self.unsupported(st, "'for ... else' over a checkpointed range is not supported",
+                                       "use a flag variable set before 'break'")
             return self.checkpointed_loop(st, it, hooks.LOOPS[fn])
+        if isinstance(it, (gast.Tuple, gast.List)) and \
+                not any(isinstance(e, gast.Starred) for e in it.elts):
+            # for i, j in ((0, 1), (1, 2)): / for w in [a, b]: one copy of the body per element
+            return self.unrolled_loop(st, [self.expr(e) for e in it.elts])
+        if not isinstance(it, gast.Call):
+            seq = self.static_value(it) if isinstance(it, (gast.Name, gast.Attribute)) else None
+            if isinstance(seq, tuple):
+                # a global tuple (of tuples) of numbers: PAIRS = ((0, 1), (1, 2))
+                return self.unrolled_loop(st, [Const(e) for e in seq])
+        if fn is _PRANGE:
+            # numba.prange: zyg runs the loop serially (a parallel loop's iterations are
+            # independent, so the serial order computes the same values)
+            fn = builtins.range
         if fn is builtins.range:
             if it.keywords or not 1 <= len(it.args) <= 3:
                 raise self.unsupported(it, "range() takes 1 to 3 positional arguments")
@@ -838,6 +889,48 @@ class Lowerer:
                 self.write(t.id, body, self.emit(GetItem(("i",)), [q, i], t, t.id))
         self.counted_loop(st, it, Const(0), stop, Const(1), bind)
 
+    def unrolled_loop(self, st, values: List[Operand]) -> None:
+        """``for t in (v0, v1, ...)``: a loop over a tuple or list literal (or a constant
+        tuple) is its body once per element, each with ``t`` bound to that element (the
+        elements are evaluated first, as Python builds the tuple before iterating);
+        ``continue`` goes to the next copy, ``break`` to the exit."""
+        if len(values) > MAX_UNROLL:
+            raise self.unsupported(st.iter, f"a loop over a tuple of {len(values)} elements is "
+                                            f"unrolled, and at most {MAX_UNROLL} are allowed",
+                                   "iterate over an array: for v in np.array(...)")
+        exit = self.new_block(st)
+        els = self.new_block(st.orelse[0]) if st.orelse else exit
+        if not values:
+            self.jump(els)
+        for k, v in enumerate(values):
+            nxt = self.new_block(st) if k + 1 < len(values) else els
+            self.bind_target(st.target, v)
+            self.loops.append(_Loop(nxt, exit))
+            self.stmts(st.body)
+            self.loops.pop()
+            if self.cur is not None:
+                self.jump(nxt)
+            if nxt != els:
+                self.seal(nxt)
+                self.cur = nxt
+        self.loop_else(st, els, exit)
+
+    def bind_target(self, target, v: Operand) -> None:
+        """Assign ``v`` to a loop target: a name, or names unpacked from a tuple."""
+        if isinstance(target, gast.Name):
+            self.write(target.id, self.cur, v)
+        elif isinstance(target, (gast.Tuple, gast.List)):
+            if isinstance(v, Const) and isinstance(v.value, tuple):
+                if len(v.value) != len(target.elts):
+                    raise self.unsupported(target, f"{len(v.value)} values cannot be unpacked into "
+                                                   f"{len(target.elts)} names")
+                for t, e in zip(target.elts, v.value):
+                    self.bind_target(t, Const(e))
+            else:
+                self.unpack(target, v)
+        else:
+            raise self.unsupported(target, "the loop variables must be plain names")
+
     def counted_loop(self, st, it, start, stop, step, bind) -> None:
         counter = self.synth("i")
         self.write(counter, self.cur, start)
@@ -846,13 +939,15 @@ class Lowerer:
         latch = self.new_block(st)
         exit = self.new_block(st)
         self.jump(head)
+        orelse = getattr(st, "orelse", None)
+        els = self.new_block(orelse[0]) if orelse else exit
         self.cur = head
         i = self.read(counter, head)
         if isinstance(step, Const):
             c = self.emit(operator.lt if step.value > 0 else operator.gt, [i, stop], it, "")
         else:
             c = self.emit(range_cond, [i, stop, step], it, "")
-        self.branch(c, body, exit)
+        self.branch(c, body, els)
         self.seal(body)
         self.cur = body
         bind(self.read(counter, body), body)
@@ -869,8 +964,7 @@ class Lowerer:
         self.write(counter, latch, nxt)
         self.jump(head)
         self.seal(head)
-        self.seal(exit)
-        self.cur = exit
+        self.loop_else(st, els, exit)
 
     def checkpointed_loop(self, st, it, prims: "hooks.LoopPrims") -> None:
         """``for t in zyg.checkpointed_range(...)``: the body becomes a step function of the
@@ -1086,8 +1180,14 @@ class Lowerer:
         name = node.id
         where, x = self.resolve(name)
         if where == "var":
+            if name in x.texts:
+                raise self.unsupported(node, f"the string {name!r} is used as a value",
+                                       "strings in differentiated code can only be the messages of "
+                                       "raise, assert or print")
             return self._read(x.prefix + name, self.cur)
         if where == "static":
+            if _scalar_type(x):
+                return Const(x)         # T = np.float64; np.zeros(n, T)
             raise self.unsupported(node, f"the function {name!r} is used as a value",
                                    "functions defined or passed in differentiated code can be "
                                    "called, or passed on to another function, but not stored or returned")
@@ -1095,8 +1195,7 @@ class Lowerer:
         if isinstance(value, np.ndarray):
             # read at call time through a hidden parameter (never differentiated)
             return self.hidden_param(self.global_slot(node.id, x))
-        if isinstance(value, (int, float, bool, complex)) or value is None or \
-                isinstance(value, type) and issubclass(value, np.number):
+        if isinstance(value, (int, float, bool, complex)) or value is None or _scalar_type(value):
             # numbers are compiled in as constants, guarded by value (a rebinding to another
             # value rebuilds the code); numpy scalar types are dtype arguments
             return Const(value)
@@ -1534,6 +1633,7 @@ class Lowerer:
         a = fdef.args
         frame.locals = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
         if isinstance(fdef, gast.FunctionDef):
+            frame.texts = _text_locals(fdef, set(frame.locals))
             frame.locals |= self._assigned_names(fdef)
         for p, v in bound.items():
             if isinstance(v, (Var, Const)):
@@ -1695,6 +1795,27 @@ class Lowerer:
                     raise self.unsupported(node, f"{name}() is missing the keyword argument {p!r}")
                 bound[p] = kwdefaults[p]
         return bound
+
+
+def _text_locals(fdef, params: Set[str]) -> Dict[str, Optional[str]]:
+    """The locals of ``fdef`` that every assignment sets to a string constant
+    (``msg = "Failed to converge"``), with their text (None: different texts)."""
+    texts: Dict[str, Optional[str]] = {}
+    others: Set[str] = set(params)
+    stack = list(fdef.body if isinstance(fdef.body, list) else [fdef.body])
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        if isinstance(n, gast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], gast.Name) \
+                and isinstance(n.value, gast.Constant) and isinstance(n.value.value, str):
+            name, text = n.targets[0].id, n.value.value
+            texts[name] = text if texts.get(name, text) == text else None
+            continue
+        if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+            others.add(n.id)
+        stack.extend(gast.iter_child_nodes(n))
+    return {k: v for k, v in texts.items() if k not in others}
 
 
 def _int_const(node) -> Optional[int]:
