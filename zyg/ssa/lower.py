@@ -232,6 +232,7 @@ class _Frame:
         self.locals: Set[str] = set()
         self.static: Dict[str, Any] = {}  # names bound to functions (def, lambda, arguments)
         self.texts: Dict[str, Optional[str]] = {}   # locals only ever assigned strings
+        self.nullable: Set[str] = set()  # locals some statement sets to None (Lowerer.write)
         self.loops: List[_Loop] = []
         self.exit: Optional[int] = None
 
@@ -335,8 +336,28 @@ class Lowerer:
         return p
 
     def write(self, name: str, b: int, value: Operand) -> None:
-        """Define the current frame's variable ``name`` in block ``b``."""
-        self.defs[b][self.f.prefix + name] = value
+        """Define the current frame's variable ``name`` in block ``b``.
+
+        A local that some statement sets to ``None`` (``best = None``) has a hidden flag
+        ``name.none`` beside it, which ``name is None`` reads; while the flag is set its
+        value is undefined (never read by a program that tests it first), so its kind is
+        that of the values it holds otherwise."""
+        key = self.f.prefix + name
+        if name in self.f.nullable:
+            none = isinstance(value, Const) and not isinstance(value, Undef) and value.value is None
+            self.defs[b][key + ".none"] = Const(none)
+            if none:
+                value = Undef()
+        self.defs[b][key] = value
+
+    def none_flag(self, node) -> Optional[Operand]:
+        """The flag ``name is None`` of a local that may hold ``None`` (None: not such a local)."""
+        if not isinstance(node, gast.Name):
+            return None
+        where, fr = self.resolve(node.id)
+        if where != "var" or node.id not in fr.nullable:
+            return None
+        return self._read(fr.prefix + node.id + ".none", self.cur)
 
     def read(self, name: str, b: int) -> Operand:
         """Read the current frame's variable ``name`` in block ``b``."""
@@ -416,6 +437,7 @@ class Lowerer:
         entry = self.new_block(node)
         self.entry_id = entry
         self.sealed.add(entry)
+        self.f.nullable = _none_locals(node)
         for i, name in enumerate(argnames):
             if i in self.statics and self.statics[i] is None:
                 # an optional argument passed as None: a constant of this specialisation
@@ -1634,6 +1656,7 @@ class Lowerer:
         frame.locals = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
         if isinstance(fdef, gast.FunctionDef):
             frame.texts = _text_locals(fdef, set(frame.locals))
+            frame.nullable = _none_locals(fdef)
             frame.locals |= self._assigned_names(fdef)
         for p, v in bound.items():
             if isinstance(v, (Var, Const)):
@@ -1795,6 +1818,23 @@ class Lowerer:
                     raise self.unsupported(node, f"{name}() is missing the keyword argument {p!r}")
                 bound[p] = kwdefaults[p]
         return bound
+
+
+def _none_locals(fdef) -> Set[str]:
+    """The names ``fdef`` assigns the constant ``None`` (``best = None``)."""
+    out: Set[str] = set()
+    stack = list(fdef.body if isinstance(fdef.body, list) else [fdef.body])
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        if isinstance(n, (gast.Assign, gast.AnnAssign)) and isinstance(n.value, gast.Constant) \
+                and n.value.value is None:
+            for t in (n.targets if isinstance(n, gast.Assign) else [n.target]):
+                if isinstance(t, gast.Name):
+                    out.add(t.id)
+        stack.extend(gast.iter_child_nodes(n))
+    return out
 
 
 def _text_locals(fdef, params: Set[str]) -> Dict[str, Optional[str]]:
