@@ -1118,9 +1118,11 @@ class Lowerer:
         self.jump(self.loops[-1].cont)
 
     def stmt_Return(self, st) -> None:
-        from .lists import check_return
-        check_return(self, st)
-        v = self.expr(st.value, "ret") if st.value is not None else Const(None)
+        from .lists import check_return, return_value
+        v = return_value(self, st)      # a helper returning a list: its elements as an array
+        if v is None:
+            check_return(self, st)
+            v = self.expr(st.value, "ret") if st.value is not None else Const(None)
         self.write(".ret", self.cur, v)
         self.jump(self.exit)
 
