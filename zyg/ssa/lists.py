@@ -264,10 +264,20 @@ def return_value(low, st) -> Optional[Operand]:
     if len(low.frames) < 2 or v is None:
         return None
     if isinstance(v, gast.List):
+        low.f.returns_list = True
         return literal_value(low, v, "ret")
     if isinstance(v, gast.ListComp) or _is_list_node(low, v):
+        low.f.returns_list = True
         return low.expr(v, "ret")
     return None
+
+
+def bind_returned(low, name: str, v: Operand, node) -> None:
+    """``l = helper(x)`` where ``helper`` returns a list: ``l`` is a list local holding the
+    returned elements (so ``sum(l)``, ``l.append(v)`` work on it as on a list)."""
+    _names(low).add(name)
+    low.write(name, low.cur, v)
+    low.write(name + ".n", low.cur, low.emit(builtins.len, [v], node))
 
 
 def check_return(low, st) -> None:

@@ -233,6 +233,7 @@ class _Frame:
         self.static: Dict[str, Any] = {}  # names bound to functions (def, lambda, arguments)
         self.texts: Dict[str, Optional[str]] = {}   # locals only ever assigned strings
         self.nullable: Set[str] = set()  # locals some statement sets to None (Lowerer.write)
+        self.returns_list = False        # an inlined helper returning a list (lists.py)
         self.loops: List[_Loop] = []
         self.exit: Optional[int] = None
 
@@ -299,6 +300,7 @@ class Lowerer:
         self.param_block: Dict[int, int] = {}
         self.cur: Optional[int] = None
         self.nsynth = 0
+        self.list_results: Set[int] = set()    # values of calls of helpers returning lists
 
     # the current frame's parts
     src = property(lambda self: self.f.src)
@@ -577,6 +579,10 @@ class Lowerer:
                 raise self.unsupported(st, f"{targets[0].id!r} names a function and is reassigned "
                                            "to a value", "use another name for the value")
             v = self.expr(st.value, targets[0].id)
+            if isinstance(v, Var) and v.id in self.list_results:
+                from .lists import bind_returned
+                bind_returned(self, targets[0].id, v, st)
+                return
             self.write(targets[0].id, self.cur, v)
             return
         if all(isinstance(t, gast.Name) for t in targets):
@@ -890,7 +896,8 @@ class Lowerer:
         elif fn is np.ndindex:
             from .iterators import lower_ndindex
             return lower_ndindex(self, st, it)
-        elif isinstance(it, gast.Call) and fn is not None:
+        elif isinstance(it, gast.Call) and fn is not None and not (
+                isinstance(fn, Closure) or is_user_function(fn)):
             raise self.unsupported(it, "only 'for' over range(), np.ndindex(), an array, enumerate() or zip() is supported",
                                    "iterate over an index: for i in range(n)")
         else:
@@ -1678,7 +1685,10 @@ class Lowerer:
                 self.jump(frame.exit)
             self.seal(frame.exit)
             self.cur = frame.exit
-            return self.read(".ret", frame.exit)
+            r = self.read(".ret", frame.exit)
+            if frame.returns_list and isinstance(r, Var):
+                self.list_results.add(r.id)     # l = helper(x): l is a list (lists.py)
+            return r
         finally:
             self.frames.pop()
             self.f = caller
