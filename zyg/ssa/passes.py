@@ -427,6 +427,7 @@ def fold_kinds(fn: Function, kinds: Dict[int, str]) -> bool:
     never typed.  Per signature: ``fn`` is a copy (``specialize``); True when it changed."""
     import builtins
     from .analysis import array_dtype, array_ndim, is_array, is_tuple, tuple_elts
+    from .nones import is_none, is_not_none
     from .prims import Attr
 
     def kind(a: Operand) -> str:
@@ -445,6 +446,12 @@ def fold_kinds(fn: Function, kinds: Dict[int, str]) -> bool:
                 return Const(array_ndim(k0))
             if e.fn.attr == "dtype":
                 return Const(np.dtype(array_dtype(k0)))
+        if e.fn in (is_none, is_not_none) and len(args) == 1:
+            # x is None after a join of None-defaulted arguments (a block parameter that
+            # always holds None), or a run-time value (never None)
+            if value(args[0]) is not _NONE or (k0 and k0 not in ("undef", "object")):
+                isnone = value(args[0]) is None or k0 == "none"
+                return Const(isnone if e.fn is is_none else not isnone)
         if e.fn is builtins.len and len(args) == 1 and is_tuple(k0):
             return Const(len(tuple_elts(k0)))
         if e.fn is builtins.isinstance and len(args) == 2 and value(args[1]) is not _NONE:
