@@ -169,6 +169,21 @@ def closest(x):
     return best
 
 
+def _smallest(x, best=None):
+    for i in range(x.shape[0]):
+        if best is None or x[i] < best:
+            best = x[i]
+    return best
+
+
+def smallest_pair(x):
+    c = None
+    d = c
+    if d is None:
+        d = 1.5
+    return _smallest(x) * _smallest(x, 0.4) * d
+
+
 def scaled(x, scale=None, shift: float | None = None):
     if scale is None:
         scale = 2.0
@@ -179,6 +194,7 @@ def scaled(x, scale=None, shift: float | None = None):
 
 def test_none_locals_and_defaults(target):
     check(closest, X, target)
+    check(smallest_pair, np.array([0.9, 0.5, 0.3, 0.7]), target)
     check(scaled, X, target)
     g = zyg.grad(scaled, argnums=(0, 1, 2), target=target)
     gx, gs, gh = g(X, 0.5, 0.25)
@@ -343,7 +359,7 @@ def by_ndim(x, w):
         s = (x[:, 1] ** 2).sum()
     else:
         s = 0.0
-    if isinstance(w, float):
+    if isinstance(w, float) and isinstance(x, np.ndarray):
         s += w * x.sum()
     else:
         s += (w[0] * x).sum()

@@ -584,6 +584,10 @@ class Lowerer:
                 bind_returned(self, targets[0].id, v, st)
                 return
             self.write(targets[0].id, self.cur, v)
+            if targets[0].id in self.f.nullable:
+                flag = self.none_flag(st.value)
+                if flag is not None:        # best = other: other's None-ness too
+                    self.defs[self.cur][self.f.prefix + targets[0].id + ".none"] = flag
             return
         if all(isinstance(t, gast.Name) for t in targets):
             v = self.expr(st.value, targets[0].id)
@@ -1467,6 +1471,11 @@ class Lowerer:
             fn = self.static_value(node.func)
         if getattr(fn, "_zyg_reshape", False):
             fn = np.reshape      # generated code transformed again (zyg/pullbacks/reshapes.py)
+        if fn is builtins.isinstance and len(node.args) == 2 and not node.keywords:
+            cls = self.static_value(node.args[1])
+            if isinstance(cls, type) or isinstance(cls, tuple) and all(isinstance(c, type) for c in cls):
+                # decided by the argument's kind once it is known (passes.fold_kinds)
+                return self.emit(builtins.isinstance, [self.expr(node.args[0]), Const(cls)], node, hint)
         from .lists import call as list_call
         r = list_call(self, fn, node, hint)
         if r is not None:
@@ -1669,6 +1678,10 @@ class Lowerer:
             frame.locals |= self._assigned_names(fdef)
         for p, v in bound.items():
             if isinstance(v, (Var, Const)):
+                if p in frame.nullable:     # def helper(x, best=None): ... best = None
+                    none = isinstance(v, Const) and not isinstance(v, Undef) and v.value is None
+                    self.defs[self.cur][frame.prefix + p + ".none"] = Const(none)
+                    v = Undef() if none else v
                 self.defs[self.cur][frame.prefix + p] = v
             else:
                 frame.static[p] = v
@@ -1833,8 +1846,14 @@ class Lowerer:
 
 
 def _none_locals(fdef) -> Set[str]:
-    """The names ``fdef`` assigns the constant ``None`` (``best = None``)."""
+    """The names ``fdef`` assigns the constant ``None`` (``best = None``), and its
+    parameters whose default is ``None``."""
     out: Set[str] = set()
+    a = fdef.args
+    pos = a.posonlyargs + a.args
+    for p, d in list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + list(zip(a.kwonlyargs, a.kw_defaults)):
+        if isinstance(d, gast.Constant) and d.value is None:
+            out.add(p.id)
     stack = list(fdef.body if isinstance(fdef.body, list) else [fdef.body])
     while stack:
         n = stack.pop()
