@@ -88,7 +88,7 @@ def is_comparison(x):
 
 
 def string_constant(x):
-    return x * len("abc")
+    return x * "abc"
 
 
 def calls_local(x):

@@ -433,7 +433,14 @@ def fold_kinds(fn: Function, kinds: Dict[int, str]) -> bool:
     def kind(a: Operand) -> str:
         return kinds.get(a.id, "") if isinstance(a, Var) else ""
 
+    dtypes = {st.var.id: np.dtype(array_dtype(kind(st.expr.args[0])))
+              for blk in fn.iter_blocks() for st in blk.stmts
+              if st.var is not None and isinstance(st.expr.fn, Attr) and st.expr.fn.attr == "dtype"
+              and is_array(kind(st.expr.args[0]))}
+
     def value(a: Operand):
+        if isinstance(a, Var) and a.id in dtypes:
+            return dtypes[a.id]         # x.dtype: compared, not replaced (it stays an operand)
         return a.value if isinstance(a, Const) and not isinstance(a, Undef) else _NONE
 
     def decide(st) -> Operand:
@@ -444,8 +451,6 @@ def fold_kinds(fn: Function, kinds: Dict[int, str]) -> bool:
         if isinstance(e.fn, Attr) and is_array(k0):
             if e.fn.attr == "ndim":
                 return Const(array_ndim(k0))
-            if e.fn.attr == "dtype":
-                return Const(np.dtype(array_dtype(k0)))
         if e.fn in (is_none, is_not_none) and len(args) == 1:
             # x is None after a join of None-defaulted arguments (a block parameter that
             # always holds None), or a run-time value (never None)
@@ -482,7 +487,6 @@ def fold_kinds(fn: Function, kinds: Dict[int, str]) -> bool:
                 c = decide(st) if st.var is not None else None
                 if c is not None:
                     subst[st.var.id] = c
-                    kinds[st.var.id] = kinds.get(st.var.id, "")
                     continue
                 keep.append(st)
             blk.stmts = keep
