@@ -70,7 +70,8 @@ def uses_subscript(x):
 
 
 def for_over_list(x):
-    for v in (x, x):
+    t = (x, x)
+    for v in t:
         x = x * v
     return x
 
@@ -349,7 +350,7 @@ def test_nested_grad_of_a_vector_gradient_is_a_type_error():
 
 @pytest.mark.parametrize("fn,at,words", [
     (uses_subscript, "x[0]", "indexing a float value is not supported"),
-    (for_over_list, "(x, x):", "indexing a tuple with a non-constant index"),
+    (for_over_list, "in t:", "indexing a tuple with a non-constant index"),
     (local_attribute, "x.size", "'.size' of a float value: only arrays have it"),
 ])
 def test_indexing_a_non_array_is_a_type_error_at_the_line(fn, at, words):
