@@ -8,8 +8,9 @@ nodes.  Trivial parameters are removed afterwards by a pass (``passes.py``).
 
 Desugaring happens on the way: ``elif``, augmented assignment, literal tuple
 unpacking, chained comparisons, ``and``/``or``/``not`` (short-circuit branches),
-``x if c else y``, ``for ... in range(...)`` (counted loops), ``break``,
-``continue`` and ``return`` anywhere (one exit block).
+``x if c else y``, ``for ... in range(...)`` (counted loops; ``numba.prange`` is
+``range``), ``while``/``for ... else``, ``for`` over a tuple literal (unrolled),
+``break``, ``continue`` and ``return`` anywhere (one exit block).
 """
 from __future__ import annotations
 
