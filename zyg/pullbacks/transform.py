@@ -41,7 +41,7 @@ from ..ssa.emit import (INFIX, PREFIX, ZERO, TapeOverflow, Advance, Capacity, Ch
                         StackInit, Store, Want, While, const_src, if_chain, var_name)
 from ..ssa.lists import check_shared_arrays
 from ..ssa.ir import Branch, Const, Function, Jump, Return, Stmt, Undef, Var, callee_name
-from ..ssa.passes import dominators, verify
+from ..ssa.passes import dominators, fold_kinds, verify
 from ..ssa.tuples import flatten_tuples, n_leaves
 from ..rules.linalg import is_tuple_call, split_tuple_calls
 from ..rules.higher import recursive_calls
@@ -186,6 +186,10 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Pla
     kinds = infer_kinds(fn, argkinds)
     strong = backend.strong_scalars
     fn = specialize(fn, kinds, strong)
+    if fold_kinds(fn, kinds):       # branches the argument kinds decide (x.ndim == 2)
+        verify(fn, "fold-kinds")
+        kinds = infer_kinds(fn, argkinds)
+        fn = specialize(fn, kinds, strong)
     from .ckmut import expand_checkpoints
     if expand_checkpoints(fn, kinds):       # blocks that write their arguments, tuple results
         kinds = infer_kinds(fn, argkinds)

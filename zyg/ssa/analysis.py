@@ -192,6 +192,10 @@ def _structural_kind(fn: Any, kinds, consts) -> Any:
         return fn.result_kind_of(kinds)          # zyg.grad inside (rules/gradcall.py)
     if isinstance(fn, GetItem) and kinds:
         base = kinds[0]
+        if is_array(base) and any(is_tuple(k) for k in kinds[1:]):
+            # a[idx] with idx = (i, j): the tuple's elements are the index (tuples.py)
+            spec, ops = expand_tuple_index(fn.spec, list(kinds[1:]), list(kinds[1:]), lambda k: tuple_elts(k))
+            fn, kinds = GetItem(spec), (base,) + tuple(ops)
         if is_array(base) and is_fancy(fn.spec, kinds[1:]):
             nd = fancy_ndim(base, fn.spec, kinds[1:])
             return None if nd is None or nd < 1 else array_kind(array_dtype(base), nd)
@@ -723,6 +727,31 @@ def array_parts(spec: Sequence[str], op_kinds: Sequence[str]) -> List[Tuple[int,
         elif s == "s":
             k += 3
     return out
+
+
+def expand_tuple_index(spec: Sequence[str], ops: List[Any], op_kinds: List[str], parts) -> Tuple[Tuple[str, ...], List[Any]]:
+    """The subscript ``a[..., t, ...]`` with the tuple ``t`` spelled out as its elements
+    (``parts(op)``: the elements of the operand ``op``): spec and operands."""
+    out_spec: List[str] = []
+    out_ops: List[Any] = []
+    k = 0
+    for s in spec:
+        if s == "i":
+            if is_tuple(op_kinds[k]):
+                elts = parts(ops[k])
+                out_spec += ["i"] * len(elts)
+                out_ops += list(elts)
+            else:
+                out_spec.append("i")
+                out_ops.append(ops[k])
+            k += 1
+        elif s == "s":
+            out_spec.append(s)
+            out_ops += ops[k:k + 3]
+            k += 3
+        else:
+            out_spec.append(s)
+    return tuple(out_spec), out_ops + list(ops[k:])
 
 
 def is_fancy(spec: Sequence[str], op_kinds: Sequence[str]) -> bool:

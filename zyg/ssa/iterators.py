@@ -12,6 +12,7 @@ import operator
 
 import gast
 
+from . import hooks
 from .ir import Const
 from .prims import GetItem
 
@@ -30,9 +31,12 @@ def lower_ndindex(low, st, it) -> None:
             raise low.unsupported(tgt, f"unpack np.ndindex into {len(dims)} names: "
                                        f"for {', '.join('ijkl'[:len(dims)])} in np.ndindex(...)")
     elif not isinstance(tgt, (gast.Tuple, gast.List)):
-        # one name: np.ndindex(n) gives 1-tuples; the index tuple itself is not supported
-        raise low.unsupported(tgt, "the index tuple of np.ndindex must be unpacked",
-                              "name each index: for i, j in np.ndindex(a.shape)")
+        # for idx in np.ndindex(a.shape): the index tuple, as long as the shape
+        shape = low.expr(it.args[0])
+        total = low.emit(ndindex_size, [shape], it)
+        low.counted_loop(st, it, Const(0), total, Const(1),
+                         lambda k, body: low.write(tgt.id, body, low.emit(ndindex_at, [k, shape], tgt, tgt.id)))
+        return
     else:
         shape = low.expr(it.args[0])
         dims = [low.emit(GetItem(("i",)), [shape, Const(d)], it) for d in range(len(names))]
@@ -47,3 +51,39 @@ def lower_ndindex(low, st, it) -> None:
             rest = low.emit(operator.floordiv, [rest, dims[d]], it)
         low.write(names[0].id, body, rest)
     low.counted_loop(st, it, Const(0), total, Const(1), bind)
+
+
+def ndindex_size(shape):
+    """The number of indices of ``np.ndindex(shape)``."""
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _tuple_set(t, i, v):
+    return t[:i] + (v,) + t[i + 1:]
+
+
+def ndindex_at(k, shape):
+    """The ``k``-th index of ``np.ndindex(shape)`` (C order), a tuple as long as ``shape``."""
+    idx = shape
+    for d in range(len(shape) - 1, -1, -1):
+        idx = _tuple_set(idx, d, k % shape[d])
+        k = k // shape[d]
+    return idx
+
+
+def _numba_tuple_set():
+    # numba cannot slice a tuple at a run-time position; it can replace one element
+    from numba.core.extending import overload
+    from numba.cpython.unsafe.tuple import tuple_setitem
+
+    @overload(_tuple_set)
+    def _impl(t, i, v):
+        return lambda t, i, v: tuple_setitem(t, i, v)
+
+
+_numba_tuple_set()
+hooks.generated_nondifferentiable(ndindex_size)
+hooks.generated_nondifferentiable(ndindex_at)

@@ -241,8 +241,47 @@ def augassign(low, st) -> None:
                                   "out = np.zeros(n); out[i] += v")
 
 
+def literal_value(low, node, hint: str) -> Operand:
+    """A list literal used as a value (``return [a, b]`` in a helper): a temporary list
+    holding its elements; the value is the list's view."""
+    tmp = f"_zyg_list{next(_COUNT)}"
+    _names(low).add(tmp)
+    low.f.locals.add(tmp)
+    create(low, tmp, node)
+    for e in node.elts:
+        if isinstance(e, gast.Starred):
+            raise low.unsupported(e, "'*' unpacking in a list literal is not supported")
+        push(low, tmp, low.expr(e), e)
+    return view(low, tmp, node)
+
+
+def return_value(low, st) -> Optional[Operand]:
+    """``return out`` / ``return [a, b]`` / ``return [... for ...]`` in a function that zyg
+    inlines (a helper the differentiated function calls): the caller gets the list's
+    view, an array whose first axis holds the elements (``l[0]``, ``len(l)``,
+    ``for v in l``, ``np.array(l)`` work on it as on the list).  None: not a list."""
+    v = st.value
+    if len(low.frames) < 2 or v is None:
+        return None
+    if isinstance(v, gast.List):
+        low.f.returns_list = True
+        return literal_value(low, v, "ret")
+    if isinstance(v, gast.ListComp) or _is_list_node(low, v):
+        low.f.returns_list = True
+        return low.expr(v, "ret")
+    return None
+
+
+def bind_returned(low, name: str, v: Operand, node) -> None:
+    """``l = helper(x)`` where ``helper`` returns a list: ``l`` is a list local holding the
+    returned elements (so ``sum(l)``, ``l.append(v)`` work on it as on a list)."""
+    _names(low).add(name)
+    low.write(name, low.cur, v)
+    low.write(name + ".n", low.cur, low.emit(builtins.len, [v], node))
+
+
 def check_return(low, st) -> None:
-    """A list cannot leave the function: say so at the ``return``."""
+    """A list cannot leave the differentiated function: say so at the ``return``."""
     v = st.value
     parts = list(v.elts) if isinstance(v, (gast.Tuple, gast.List)) else [v]
     for n in parts:

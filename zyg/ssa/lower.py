@@ -8,8 +8,9 @@ nodes.  Trivial parameters are removed afterwards by a pass (``passes.py``).
 
 Desugaring happens on the way: ``elif``, augmented assignment, literal tuple
 unpacking, chained comparisons, ``and``/``or``/``not`` (short-circuit branches),
-``x if c else y``, ``for ... in range(...)`` (counted loops), ``break``,
-``continue`` and ``return`` anywhere (one exit block).
+``x if c else y``, ``for ... in range(...)`` (counted loops; ``numba.prange`` is
+``range``), ``while``/``for ... else``, ``for`` over a tuple literal (unrolled),
+``break``, ``continue`` and ``return`` anywhere (one exit block).
 """
 from __future__ import annotations
 
@@ -86,6 +87,17 @@ _UNSUPPORTED_EXPR_HINTS = {
     "JoinedStr": "strings are not supported in differentiated code",
     "NamedExpr": "':=' is not supported; use a separate assignment",
 }
+
+
+try:
+    from numba import prange as _PRANGE
+except ImportError:     # pragma: no cover - numba is a dependency
+    _PRANGE = object()
+
+
+def _scalar_type(v: Any) -> bool:
+    """A number type (``float``, ``np.float64``): called as a conversion, passed as a dtype."""
+    return isinstance(v, type) and (v in (int, float, bool, complex) or issubclass(v, np.number))
 
 
 def range_cond(i, stop, step):
@@ -220,6 +232,9 @@ class _Frame:
         self.what = what                 # the function or closure node (recursion check)
         self.locals: Set[str] = set()
         self.static: Dict[str, Any] = {}  # names bound to functions (def, lambda, arguments)
+        self.texts: Dict[str, Optional[str]] = {}   # locals only ever assigned strings
+        self.nullable: Set[str] = set()  # locals some statement sets to None (Lowerer.write)
+        self.returns_list = False        # an inlined helper returning a list (lists.py)
         self.loops: List[_Loop] = []
         self.exit: Optional[int] = None
 
@@ -244,6 +259,7 @@ def source_of(pyfn) -> "_Source":
 
 
 MAX_INLINE_DEPTH = 64
+MAX_UNROLL = 256        # elements of a tuple a loop is unrolled over
 
 
 def is_user_function(fn: Any) -> bool:
@@ -285,6 +301,7 @@ class Lowerer:
         self.param_block: Dict[int, int] = {}
         self.cur: Optional[int] = None
         self.nsynth = 0
+        self.list_results: Set[int] = set()    # values of calls of helpers returning lists
 
     # the current frame's parts
     src = property(lambda self: self.f.src)
@@ -322,8 +339,28 @@ class Lowerer:
         return p
 
     def write(self, name: str, b: int, value: Operand) -> None:
-        """Define the current frame's variable ``name`` in block ``b``."""
-        self.defs[b][self.f.prefix + name] = value
+        """Define the current frame's variable ``name`` in block ``b``.
+
+        A local that some statement sets to ``None`` (``best = None``) has a hidden flag
+        ``name.none`` beside it, which ``name is None`` reads; while the flag is set its
+        value is undefined (never read by a program that tests it first), so its kind is
+        that of the values it holds otherwise."""
+        key = self.f.prefix + name
+        if name in self.f.nullable:
+            none = isinstance(value, Const) and not isinstance(value, Undef) and value.value is None
+            self.defs[b][key + ".none"] = Const(none)
+            if none:
+                value = Undef()
+        self.defs[b][key] = value
+
+    def none_flag(self, node) -> Optional[Operand]:
+        """The flag ``name is None`` of a local that may hold ``None`` (None: not such a local)."""
+        if not isinstance(node, gast.Name):
+            return None
+        where, fr = self.resolve(node.id)
+        if where != "var" or node.id not in fr.nullable:
+            return None
+        return self._read(fr.prefix + node.id + ".none", self.cur)
 
     def read(self, name: str, b: int) -> Operand:
         """Read the current frame's variable ``name`` in block ``b``."""
@@ -403,6 +440,7 @@ class Lowerer:
         entry = self.new_block(node)
         self.entry_id = entry
         self.sealed.add(entry)
+        self.f.nullable = _none_locals(node)
         for i, name in enumerate(argnames):
             if i in self.statics and self.statics[i] is None:
                 # an optional argument passed as None: a constant of this specialisation
@@ -415,6 +453,7 @@ class Lowerer:
             p = self.new_param(entry, name)
             self.write(name, entry, p)
         self.f.locals = set(argnames) | self._assigned_names(node)
+        self.f.texts = _text_locals(node, set(argnames))
         self.f.exit = self.new_block(node)
         self.cur = entry
         if isinstance(node, gast.Lambda):
@@ -498,6 +537,19 @@ class Lowerer:
     def stmt_Pass(self, st) -> None:
         pass
 
+    def stmt_Nonlocal(self, st) -> None:
+        """``nonlocal a`` (``global a``) of a variable the function only reads: a read of the
+        enclosing function's variable (a global), as without the declaration."""
+        kind = type(st).__name__
+        for name in st.names:
+            if name in self.f.locals:
+                raise self.unsupported(st, f"the {kind.lower()} variable {name!r} is assigned here: "
+                                           f"differentiated code may read, not rebind, a variable of "
+                                           f"{'an enclosing function' if kind == 'Nonlocal' else 'the module'}",
+                                       _UNSUPPORTED_STMT_HINTS[kind])
+
+    stmt_Global = stmt_Nonlocal
+
     def stmt_Raise(self, st) -> None:
         from .raising import lower_raise
         lower_raise(self, st)
@@ -517,8 +569,10 @@ class Lowerer:
             return      # out = [], out = [... for ...] (zyg/ssa/lists.py)
         targets = st.targets
         if len(targets) == 1 and isinstance(targets[0], gast.Name):
+            if targets[0].id in self.f.texts:
+                return      # msg = "...": a message, spelled where it is raised (raising.py)
             fv = self.function_value(st.value)
-            if fv is not None and not isinstance(fv, type):
+            if fv is not None and (not isinstance(fv, type) or _scalar_type(fv)):
                 # g = lambda y: ..., h = g, s = np.sin: a function, bound statically
                 self.bind_function(targets[0].id, fv, st)
                 return
@@ -526,7 +580,15 @@ class Lowerer:
                 raise self.unsupported(st, f"{targets[0].id!r} names a function and is reassigned "
                                            "to a value", "use another name for the value")
             v = self.expr(st.value, targets[0].id)
+            if isinstance(v, Var) and v.id in self.list_results:
+                from .lists import bind_returned
+                bind_returned(self, targets[0].id, v, st)
+                return
             self.write(targets[0].id, self.cur, v)
+            if targets[0].id in self.f.nullable:
+                flag = self.none_flag(st.value)
+                if flag is not None:        # best = other: other's None-ness too
+                    self.defs[self.cur][self.f.prefix + targets[0].id + ".none"] = flag
             return
         if all(isinstance(t, gast.Name) for t in targets):
             v = self.expr(st.value, targets[0].id)
@@ -660,19 +722,17 @@ class Lowerer:
             self.cur = join  # unreachable join: following code is dead but still lowered
 
     def stmt_While(self, st) -> None:
-        if st.orelse:
-            raise self.unsupported(st, "'while ... else' is not supported",
-                                   "use a flag variable set before 'break'")
-        shape = _dispatch_shape(st)
+        shape = _dispatch_shape(st) if not st.orelse else None
         if shape is not None:
             self.dispatch_loop(st, *shape)
             return
         head = self.new_block(st)
         body = self.new_block(st)
         exit = self.new_block(st)
+        els = self.new_block(st.orelse[0]) if st.orelse else exit
         self.jump(head)
         self.cur = head
-        self.cond(st.test, body, exit)
+        self.cond(st.test, body, els)
         self.seal(body)
         self.cur = body
         self.loops.append(_Loop(head, exit))
@@ -681,6 +741,17 @@ class Lowerer:
         if self.cur is not None:
             self.jump(head)
         self.seal(head)
+        self.loop_else(st, els, exit)
+
+    def loop_else(self, st, els: int, exit: int) -> None:
+        """The ``else`` of a loop: it runs when the loop's test fails (the edge into
+        ``els``), not after a ``break`` (which jumps to ``exit`` directly)."""
+        if els != exit:
+            self.seal(els)
+            self.cur = els
+            self.stmts(st.orelse)
+            if self.cur is not None:
+                self.jump(exit)
         self.seal(exit)
         self.cur = exit
 
@@ -769,13 +840,26 @@ class Lowerer:
             self.stmt(last)
 
     def stmt_For(self, st) -> None:
-        if st.orelse:
-            raise self.unsupported(st, "'for ... else' is not supported",
-                                   "use a flag variable set before 'break'")
         it = st.iter
         fn = self.static_value(it.func) if isinstance(it, gast.Call) else None
         if fn is not None and fn in hooks.LOOPS:
+            if st.orelse:
+                raise self.unsupported(st, "'for ... else' over a checkpointed range is not supported",
+                                       "use a flag variable set before 'break'")
             return self.checkpointed_loop(st, it, hooks.LOOPS[fn])
+        if isinstance(it, (gast.Tuple, gast.List)) and \
+                not any(isinstance(e, gast.Starred) for e in it.elts):
+            # for i, j in ((0, 1), (1, 2)): / for w in [a, b]: one copy of the body per element
+            return self.unrolled_loop(st, [self.expr(e) for e in it.elts])
+        if not isinstance(it, gast.Call):
+            seq = self.static_value(it) if isinstance(it, (gast.Name, gast.Attribute)) else None
+            if isinstance(seq, tuple):
+                # a global tuple (of tuples) of numbers: PAIRS = ((0, 1), (1, 2))
+                return self.unrolled_loop(st, [Const(e) for e in seq])
+        if fn is _PRANGE:
+            # numba.prange: zyg runs the loop serially (a parallel loop's iterations are
+            # independent, so the serial order computes the same values)
+            fn = builtins.range
         if fn is builtins.range:
             if it.keywords or not 1 <= len(it.args) <= 3:
                 raise self.unsupported(it, "range() takes 1 to 3 positional arguments")
@@ -817,7 +901,8 @@ class Lowerer:
         elif fn is np.ndindex:
             from .iterators import lower_ndindex
             return lower_ndindex(self, st, it)
-        elif isinstance(it, gast.Call) and fn is not None:
+        elif isinstance(it, gast.Call) and fn is not None and not (
+                isinstance(fn, Closure) or is_user_function(fn)):
             raise self.unsupported(it, "only 'for' over range(), np.ndindex(), an array, enumerate() or zip() is supported",
                                    "iterate over an index: for i in range(n)")
         else:
@@ -838,6 +923,48 @@ class Lowerer:
                 self.write(t.id, body, self.emit(GetItem(("i",)), [q, i], t, t.id))
         self.counted_loop(st, it, Const(0), stop, Const(1), bind)
 
+    def unrolled_loop(self, st, values: List[Operand]) -> None:
+        """``for t in (v0, v1, ...)``: a loop over a tuple or list literal (or a constant
+        tuple) is its body once per element, each with ``t`` bound to that element (the
+        elements are evaluated first, as Python builds the tuple before iterating);
+        ``continue`` goes to the next copy, ``break`` to the exit."""
+        if len(values) > MAX_UNROLL:
+            raise self.unsupported(st.iter, f"a loop over a tuple of {len(values)} elements is "
+                                            f"unrolled, and at most {MAX_UNROLL} are allowed",
+                                   "iterate over an array: for v in np.array(...)")
+        exit = self.new_block(st)
+        els = self.new_block(st.orelse[0]) if st.orelse else exit
+        if not values:
+            self.jump(els)
+        for k, v in enumerate(values):
+            nxt = self.new_block(st) if k + 1 < len(values) else els
+            self.bind_target(st.target, v)
+            self.loops.append(_Loop(nxt, exit))
+            self.stmts(st.body)
+            self.loops.pop()
+            if self.cur is not None:
+                self.jump(nxt)
+            if nxt != els:
+                self.seal(nxt)
+                self.cur = nxt
+        self.loop_else(st, els, exit)
+
+    def bind_target(self, target, v: Operand) -> None:
+        """Assign ``v`` to a loop target: a name, or names unpacked from a tuple."""
+        if isinstance(target, gast.Name):
+            self.write(target.id, self.cur, v)
+        elif isinstance(target, (gast.Tuple, gast.List)):
+            if isinstance(v, Const) and isinstance(v.value, tuple):
+                if len(v.value) != len(target.elts):
+                    raise self.unsupported(target, f"{len(v.value)} values cannot be unpacked into "
+                                                   f"{len(target.elts)} names")
+                for t, e in zip(target.elts, v.value):
+                    self.bind_target(t, Const(e))
+            else:
+                self.unpack(target, v)
+        else:
+            raise self.unsupported(target, "the loop variables must be plain names")
+
     def counted_loop(self, st, it, start, stop, step, bind) -> None:
         counter = self.synth("i")
         self.write(counter, self.cur, start)
@@ -846,13 +973,15 @@ class Lowerer:
         latch = self.new_block(st)
         exit = self.new_block(st)
         self.jump(head)
+        orelse = getattr(st, "orelse", None)
+        els = self.new_block(orelse[0]) if orelse else exit
         self.cur = head
         i = self.read(counter, head)
         if isinstance(step, Const):
             c = self.emit(operator.lt if step.value > 0 else operator.gt, [i, stop], it, "")
         else:
             c = self.emit(range_cond, [i, stop, step], it, "")
-        self.branch(c, body, exit)
+        self.branch(c, body, els)
         self.seal(body)
         self.cur = body
         bind(self.read(counter, body), body)
@@ -869,8 +998,7 @@ class Lowerer:
         self.write(counter, latch, nxt)
         self.jump(head)
         self.seal(head)
-        self.seal(exit)
-        self.cur = exit
+        self.loop_else(st, els, exit)
 
     def checkpointed_loop(self, st, it, prims: "hooks.LoopPrims") -> None:
         """``for t in zyg.checkpointed_range(...)``: the body becomes a step function of the
@@ -1002,9 +1130,11 @@ class Lowerer:
         self.jump(self.loops[-1].cont)
 
     def stmt_Return(self, st) -> None:
-        from .lists import check_return
-        check_return(self, st)
-        v = self.expr(st.value, "ret") if st.value is not None else Const(None)
+        from .lists import check_return, return_value
+        v = return_value(self, st)      # a helper returning a list: its elements as an array
+        if v is None:
+            check_return(self, st)
+            v = self.expr(st.value, "ret") if st.value is not None else Const(None)
         self.write(".ret", self.cur, v)
         self.jump(self.exit)
 
@@ -1086,8 +1216,14 @@ class Lowerer:
         name = node.id
         where, x = self.resolve(name)
         if where == "var":
+            if name in x.texts:
+                raise self.unsupported(node, f"the string {name!r} is used as a value",
+                                       "strings in differentiated code can only be the messages of "
+                                       "raise, assert or print")
             return self._read(x.prefix + name, self.cur)
         if where == "static":
+            if _scalar_type(x):
+                return Const(x)         # T = np.float64; np.zeros(n, T)
             raise self.unsupported(node, f"the function {name!r} is used as a value",
                                    "functions defined or passed in differentiated code can be "
                                    "called, or passed on to another function, but not stored or returned")
@@ -1095,8 +1231,7 @@ class Lowerer:
         if isinstance(value, np.ndarray):
             # read at call time through a hidden parameter (never differentiated)
             return self.hidden_param(self.global_slot(node.id, x))
-        if isinstance(value, (int, float, bool, complex)) or value is None or \
-                isinstance(value, type) and issubclass(value, np.number):
+        if isinstance(value, (int, float, bool, complex)) or value is None or _scalar_type(value):
             # numbers are compiled in as constants, guarded by value (a rebinding to another
             # value rebuilds the code); numpy scalar types are dtype arguments
             return Const(value)
@@ -1337,6 +1472,11 @@ class Lowerer:
             fn = self.static_value(node.func)
         if getattr(fn, "_zyg_reshape", False):
             fn = np.reshape      # generated code transformed again (zyg/pullbacks/reshapes.py)
+        if fn is builtins.isinstance and len(node.args) == 2 and not node.keywords:
+            cls = self.static_value(node.args[1])
+            if isinstance(cls, type) or isinstance(cls, tuple) and all(isinstance(c, type) for c in cls):
+                # decided by the argument's kind once it is known (passes.fold_kinds)
+                return self.emit(builtins.isinstance, [self.expr(node.args[0]), Const(cls)], node, hint)
         from .lists import call as list_call
         r = list_call(self, fn, node, hint)
         if r is not None:
@@ -1534,9 +1674,15 @@ class Lowerer:
         a = fdef.args
         frame.locals = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
         if isinstance(fdef, gast.FunctionDef):
+            frame.texts = _text_locals(fdef, set(frame.locals))
+            frame.nullable = _none_locals(fdef)
             frame.locals |= self._assigned_names(fdef)
         for p, v in bound.items():
             if isinstance(v, (Var, Const)):
+                if p in frame.nullable:     # def helper(x, best=None): ... best = None
+                    none = isinstance(v, Const) and not isinstance(v, Undef) and v.value is None
+                    self.defs[self.cur][frame.prefix + p + ".none"] = Const(none)
+                    v = Undef() if none else v
                 self.defs[self.cur][frame.prefix + p] = v
             else:
                 frame.static[p] = v
@@ -1553,7 +1699,10 @@ class Lowerer:
                 self.jump(frame.exit)
             self.seal(frame.exit)
             self.cur = frame.exit
-            return self.read(".ret", frame.exit)
+            r = self.read(".ret", frame.exit)
+            if frame.returns_list and isinstance(r, Var):
+                self.list_results.add(r.id)     # l = helper(x): l is a list (lists.py)
+            return r
         finally:
             self.frames.pop()
             self.f = caller
@@ -1695,6 +1844,50 @@ class Lowerer:
                     raise self.unsupported(node, f"{name}() is missing the keyword argument {p!r}")
                 bound[p] = kwdefaults[p]
         return bound
+
+
+def _none_locals(fdef) -> Set[str]:
+    """The names ``fdef`` assigns the constant ``None`` (``best = None``), and its
+    parameters whose default is ``None``."""
+    out: Set[str] = set()
+    a = fdef.args
+    pos = a.posonlyargs + a.args
+    for p, d in list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + list(zip(a.kwonlyargs, a.kw_defaults)):
+        if isinstance(d, gast.Constant) and d.value is None:
+            out.add(p.id)
+    stack = list(fdef.body if isinstance(fdef.body, list) else [fdef.body])
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        if isinstance(n, (gast.Assign, gast.AnnAssign)) and isinstance(n.value, gast.Constant) \
+                and n.value.value is None:
+            for t in (n.targets if isinstance(n, gast.Assign) else [n.target]):
+                if isinstance(t, gast.Name):
+                    out.add(t.id)
+        stack.extend(gast.iter_child_nodes(n))
+    return out
+
+
+def _text_locals(fdef, params: Set[str]) -> Dict[str, Optional[str]]:
+    """The locals of ``fdef`` that every assignment sets to a string constant
+    (``msg = "Failed to converge"``), with their text (None: different texts)."""
+    texts: Dict[str, Optional[str]] = {}
+    others: Set[str] = set(params)
+    stack = list(fdef.body if isinstance(fdef.body, list) else [fdef.body])
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        if isinstance(n, gast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], gast.Name) \
+                and isinstance(n.value, gast.Constant) and isinstance(n.value.value, str):
+            name, text = n.targets[0].id, n.value.value
+            texts[name] = text if texts.get(name, text) == text else None
+            continue
+        if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+            others.add(n.id)
+        stack.extend(gast.iter_child_nodes(n))
+    return {k: v for k, v in texts.items() if k not in others}
 
 
 def _int_const(node) -> Optional[int]:

@@ -9,6 +9,8 @@ that numba and Python both evaluate (to False for ``is None``).
 """
 from __future__ import annotations
 
+import operator
+
 import gast
 
 from . import hooks
@@ -36,6 +38,14 @@ _declare()
 def lower_is(low, node, hint: str = "") -> Operand:
     """Lower ``a is b`` / ``a is not b`` where one side is ``None``."""
     negate = isinstance(node.ops[0], gast.IsNot)
+    for a, b in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+        if isinstance(b, gast.Constant) and b.value is None:
+            flag = low.none_flag(a)
+            if flag is not None:
+                # best = None ... best is None: the local's flag (Lowerer.write)
+                if isinstance(flag, Const):
+                    return Const(bool(flag.value) != negate)
+                return low.emit(operator.not_, [flag], node, hint) if negate else flag
     left = low.expr(node.left)
     right = low.expr(node.comparators[0])
     if isinstance(right, Const) and right.value is None:

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Callable, Dict, List, Set, Tuple
 
+import numpy as np
+
 from .ir import Branch, Const, Function, Jump, Operand, Return, Undef, Var
 
 VERIFY = True
@@ -412,6 +414,95 @@ def fold_int_compares(fn: Function) -> Function:
             remove_trivial_params(fn)
             changed = True
     return fn
+
+
+_COMPARES = _FOLDABLE | {id(operator.is_), id(operator.is_not), id(operator.not_)}
+
+
+def fold_kinds(fn: Function, kinds: Dict[int, str]) -> bool:
+    """Fold what the argument kinds decide, then the branches it decides (as numba
+    prunes them): ``x.ndim``, ``len(t)`` of a tuple (``len(x.shape)``), ``x.dtype``,
+    ``isinstance(x, cls)``, and comparisons of the constants they give.  A branch that
+    cannot run for these kinds (``x.shape[1]`` when ``x.ndim == 2`` is false) is then
+    never typed.  Per signature: ``fn`` is a copy (``specialize``); True when it changed."""
+    import builtins
+    from .analysis import array_dtype, array_ndim, is_array, is_tuple, tuple_elts
+    from .nones import is_none, is_not_none
+    from .prims import Attr
+
+    def kind(a: Operand) -> str:
+        return kinds.get(a.id, "") if isinstance(a, Var) else ""
+
+    dtypes = {st.var.id: np.dtype(array_dtype(kind(st.expr.args[0])))
+              for blk in fn.iter_blocks() for st in blk.stmts
+              if st.var is not None and isinstance(st.expr.fn, Attr) and st.expr.fn.attr == "dtype"
+              and is_array(kind(st.expr.args[0]))}
+
+    def value(a: Operand):
+        if isinstance(a, Var) and a.id in dtypes:
+            return dtypes[a.id]         # x.dtype: compared, not replaced (it stays an operand)
+        return a.value if isinstance(a, Const) and not isinstance(a, Undef) else _NONE
+
+    def decide(st) -> Operand:
+        e, args = st.expr, st.expr.args
+        if e.kwargs:
+            return None
+        k0 = kind(args[0]) if args else ""
+        if isinstance(e.fn, Attr) and is_array(k0):
+            if e.fn.attr == "ndim":
+                return Const(array_ndim(k0))
+        if e.fn in (is_none, is_not_none) and len(args) == 1:
+            # x is None after a join of None-defaulted arguments (a block parameter that
+            # always holds None), or a run-time value (never None)
+            if value(args[0]) is not _NONE or (k0 and k0 not in ("undef", "object")):
+                isnone = value(args[0]) is None or k0 == "none"
+                return Const(isnone if e.fn is is_none else not isnone)
+        if e.fn is builtins.len and len(args) == 1 and is_tuple(k0):
+            return Const(len(tuple_elts(k0)))
+        if e.fn is builtins.isinstance and len(args) == 2 and value(args[1]) is not _NONE:
+            sample = _SAMPLES.get(k0[:1] if is_array(k0) else k0, _NONE)
+            if is_tuple(k0):
+                sample = ()
+            if sample is not _NONE:
+                try:
+                    return Const(bool(isinstance(sample, value(args[1]))))
+                except TypeError:
+                    return None
+        if id(e.fn) in _COMPARES and args and all(value(a) is not _NONE for a in args):
+            try:
+                r = e.fn(*[value(a) for a in args])
+            except Exception:
+                return None
+            if isinstance(r, (bool, np.bool_)):
+                return Const(bool(r))
+        return None
+
+    changed_any, changed = False, True
+    while changed:
+        changed = False
+        subst: Dict[int, Operand] = {}
+        for blk in fn.iter_blocks():
+            keep = []
+            for st in blk.stmts:
+                c = decide(st) if st.var is not None else None
+                if c is not None:
+                    subst[st.var.id] = c
+                    continue
+                keep.append(st)
+            blk.stmts = keep
+        if subst:
+            _substitute(fn, subst)
+            fold_constant_branches(fn)
+            remove_trivial_params(fn)
+            changed = changed_any = True
+    return changed_any
+
+
+_NONE = object()
+# a value of each kind of number, for isinstance() (arrays: any np.ndarray)
+_SAMPLES = {"float": 1.0, "int": 1, "bool": True, "complex": 1j, "none": None,
+            "f": np.zeros(1), "c": np.zeros(1, complex), "i": np.zeros(1, int), "b": np.zeros(1, bool),
+            "u": np.zeros(1, np.uint8)}
 
 
 def merge_straight_blocks(fn: Function) -> Function:

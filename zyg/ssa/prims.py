@@ -86,6 +86,9 @@ class GetItem(Prim):
         idx = _index(self.spec, ops)
         return base[idx if len(idx) != 1 else idx[0]]
 
+    def with_spec(self, spec: Tuple[str, ...]) -> "GetItem":
+        return GetItem(spec)
+
     def is_view(self) -> bool:
         """Indexing with a slice, ``None`` or ``...`` gives a view (numpy basic indexing)."""
         return any(s != "i" for s in self.spec)
@@ -111,6 +114,9 @@ class SetItem(Prim):
 
     def _key(self):
         return (self.spec, self.out_of, self.casting, self.broadcast) if self.out_of else self.spec
+
+    def with_spec(self, spec: Tuple[str, ...]) -> "SetItem":
+        return SetItem(spec, self.out_of, self.casting, self.broadcast)
 
     def __call__(self, base, *ops):
         idx = _index(self.spec, ops[:-1])

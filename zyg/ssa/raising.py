@@ -77,7 +77,8 @@ class _Params:
     text (a number, an array, an expression of them) becomes a parameter ``a<k>``; text
     and what formats it (f-strings, ``%``, ``str(...)``, ``.format``) stay in the source."""
 
-    def __init__(self):
+    def __init__(self, low):
+        self.low = low
         self.values: List[Any] = []       # the gast nodes, in order
         self.formats = False              # does the message format values (Python only)
 
@@ -88,6 +89,16 @@ class _Params:
     def rewrite(self, node) -> Any:
         if isinstance(node, gast.Constant):
             return node
+        if isinstance(node, gast.Name):
+            where, fr = self.low.resolve(node.id)
+            if where == "var" and node.id in fr.texts:
+                # msg = "..."; raise ValueError(msg): the text written in
+                text = fr.texts[node.id]
+                if text is None:
+                    raise self.low.unsupported(node, f"the message {node.id!r} is assigned "
+                                                     "different strings",
+                                               "raise each message where it is chosen")
+                return gast.Constant(value=text, kind=None)
         if isinstance(node, gast.FormattedValue):
             node.value = self.rewrite(node.value)
             self.formats = True
@@ -163,7 +174,7 @@ def lower_raise(low, st) -> None:
         raise low.unsupported(st, "'raise ... from ...' is not supported in differentiated code",
                               "raise the exception without 'from'")
     cls, args = _exception(low, st.exc)
-    params = _Params()
+    params = _Params(low)
     msg = _message(low, args, params)
     fn = _raiser(cls, msg, len(params.values), False, params.formats, _name(low, st, "raise"))
     _call(low, fn, params, st, [])
@@ -173,7 +184,7 @@ def lower_raise(low, st) -> None:
 
 def lower_assert(low, st) -> None:
     """``assert test, msg``: a call of a raiser that checks the test's value."""
-    params = _Params()
+    params = _Params(low)
     msg = _message(low, [st.msg], params) if st.msg is not None else ""
     test = low.expr(st.test)
     fn = _raiser(AssertionError, msg, len(params.values), True, params.formats,
@@ -190,7 +201,7 @@ def lower_print(low, node) -> Operand:
                                         "and constant sep= and end=")
     if any(isinstance(a, gast.Starred) for a in node.args):
         raise low.unsupported(node, "'*' arguments of print() are not supported")
-    params = _Params()
+    params = _Params(low)
     msg = _message(low, node.args, params)
     extra = "".join(f", {k.arg}={k.value.value!r}" for k in node.keywords)
     formats = True      # printed by Python (numba cannot print from generated modules)

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from .analysis import is_tuple, tuple_class, tuple_elts, tuple_kind
+from .analysis import expand_tuple_index, is_array, is_tuple, tuple_class, tuple_elts, tuple_kind
 from .ir import Branch, Call, Const, Function, Jump, Operand, Return, Stmt, Undef, Var
-from .prims import Attr, GetItem, MakeTuple, Replace
+from .prims import Attr, GetItem, MakeTuple, Replace, SetItem
 
 # a tree: a leaf operand, or ("tuple", cls, [subtrees])
 Tree = Any
@@ -203,6 +203,13 @@ def flatten_tuples(fn: Function, kinds: Dict[int, str]) -> Flat:
                     items[cls._fields.index(name)] = tree_of(val)
                 tree[st.var.id] = ("tuple", t[1], items)
                 continue
+            if isinstance(f, (GetItem, SetItem)) and is_array(base_k) and \
+                    any(is_tuple(kind_of(a)) for a in args[1:]):
+                # a[idx], a[idx] = v with a tuple idx: indexed by its elements
+                spec, ops = expand_tuple_index(f.spec, args[1:], [kind_of(a) for a in args[1:]],
+                                               lambda a: leaves(tree_of(a)))
+                f = f.with_spec(spec)
+                args = [args[0]] + ops
             # any other call: tuples in, tuples out as real tuples
             args = [rebuild(tree_of(a), out, st.loc) if is_tuple(kind_of(a)) else a for a in args]
             kw = {k: rebuild(tree_of(a), out, st.loc) if is_tuple(kind_of(a)) else a for k, a in kw.items()}
