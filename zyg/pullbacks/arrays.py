@@ -59,7 +59,10 @@ def zero_of(kind: str) -> str:
     return ZERO.get(kind, "0.0")
 
 
-_UFUNC = {"+": "np.add", "-": "np.subtract", "*": "np.multiply", "/": "np.divide"}
+_UFUNC = {"+": "np.add", "-": "np.subtract", "*": "np.multiply", "/": "np.divide",
+          "&": "np.bitwise_and", "|": "np.bitwise_or", "^": "np.bitwise_xor"}
+# in-place operators on bool and int arrays (masks: m &= x > 0), never differentiated
+_BITWISE_INPLACE = (operator.and_, operator.or_, operator.xor)
 
 
 def inplace_src(target: str, op: str, expr: str) -> str:
@@ -70,6 +73,11 @@ def inplace_src(target: str, op: str, expr: str) -> str:
     if isinstance(ast.parse(target, mode="eval").body, ast.Subscript):
         return f"{target} {op}= {expr}"
     return f"{_UFUNC[op]}({target}, {expr}, {target})"
+
+
+def base_int_or_bool(k: str) -> bool:
+    """An int or bool array kind (never differentiated)."""
+    return is_array(k) and k[0] in "biu"
 
 
 class ArrayMixin:
@@ -253,8 +261,8 @@ class ArrayMixin:
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, InPlace) and self.is_arr(e.args[0]):
             info["kind"] = "inplace"
-            if fn.op not in (__import__("operator").add, __import__("operator").sub,
-                             __import__("operator").mul, __import__("operator").truediv):
+            if fn.op not in (operator.add, operator.sub, operator.mul, operator.truediv) and \
+                    not (fn.op in _BITWISE_INPLACE and base_int_or_bool(self.kind(e.args[0]))):
                 raise self.err(st, f"in-place '{InPlace.SYMBOL.get(fn.op)}' on arrays is not supported",
                                cls=UnsupportedSyntax)
             base = e.args[0]

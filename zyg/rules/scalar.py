@@ -157,7 +157,8 @@ def imag_part(z):
 
 NONDIFF = [
     operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
-    operator.not_, operator.truth, operator.floordiv, builtins.int, builtins.bool, builtins.round,
+    operator.not_, operator.truth, operator.floordiv, operator.and_, operator.or_, operator.xor,
+    operator.invert, operator.lshift, operator.rshift, builtins.int, builtins.bool, builtins.round,
     builtins.len, math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite,
     np.floor, np.ceil, np.trunc, np.rint, np.round, np.sign, np.isnan, np.isinf, np.isfinite,
     np.argmax, np.argmin, np.int64, np.int32, np.bool_, cmath.isnan, cmath.isinf, cmath.isfinite,

@@ -45,7 +45,7 @@ def kind_of_value(v: Any) -> str:
         return "str"
     if v is None:
         return "none"
-    if isinstance(v, type) and issubclass(v, np.number) or isinstance(v, np.dtype):
+    if isinstance(v, type) and issubclass(v, (np.number, np.bool_)) or isinstance(v, np.dtype):
         # a dtype argument: a constant (np.complex128) or a.dtype passed to np.zeros
         return f"dtype:{np.dtype(v).name}"
     return "object"

@@ -51,12 +51,16 @@ _BINOPS = {
     gast.Add: operator.add, gast.Sub: operator.sub, gast.Mult: operator.mul,
     gast.Div: operator.truediv, gast.FloorDiv: operator.floordiv,
     gast.Mod: operator.mod, gast.Pow: operator.pow, gast.MatMult: operator.matmul,
+    # bitwise (not differentiable): bool masks (a & b, ~m) and integer bit tricks
+    gast.BitAnd: operator.and_, gast.BitOr: operator.or_, gast.BitXor: operator.xor,
+    gast.LShift: operator.lshift, gast.RShift: operator.rshift,
 }
 _CMPOPS = {
     gast.Lt: operator.lt, gast.LtE: operator.le, gast.Gt: operator.gt,
     gast.GtE: operator.ge, gast.Eq: operator.eq, gast.NotEq: operator.ne,
 }
-_UNARY = {gast.USub: operator.neg, gast.UAdd: operator.pos, gast.Not: operator.not_}
+_UNARY = {gast.USub: operator.neg, gast.UAdd: operator.pos, gast.Not: operator.not_,
+          gast.Invert: operator.invert}
 
 _UNSUPPORTED_STMT_HINTS = {
     "Try": "exceptions cannot be differentiated; move the try/except outside the function",
@@ -1096,7 +1100,7 @@ class Lowerer:
             # read at call time through a hidden parameter (never differentiated)
             return self.hidden_param(self.global_slot(node.id, x))
         if isinstance(value, (int, float, bool, complex)) or value is None or \
-                isinstance(value, type) and issubclass(value, np.number):
+                isinstance(value, type) and issubclass(value, (np.number, np.bool_)):
             # numbers are compiled in as constants, guarded by value (a rebinding to another
             # value rebuilds the code); numpy scalar types are dtype arguments
             return Const(value)
@@ -1236,7 +1240,7 @@ class Lowerer:
             return self.emit(Attr(node.attr), [self.expr(node.value)], node, hint)
         if isinstance(value, (int, float, bool, complex)):
             return Const(value)
-        if isinstance(value, type) and issubclass(value, np.number):
+        if isinstance(value, type) and issubclass(value, (np.number, np.bool_)):
             return Const(value)      # a dtype: np.zeros(n, dtype=np.complex128)
         raise self.unsupported(node, f"attribute {node.attr!r} of type {type(value).__name__} "
                                      "cannot be used as a value here")
