@@ -32,7 +32,7 @@ from ..errors import NoAdjoint, UnsupportedSyntax
 from ..rules import arrays as arules, dispatch
 from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, is_array, is_tuple,
                             tuple_elts)
-from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Grow, If, Peek, Pop, PopArray,
+from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Else, Grow, If, Peek, Pop, PopArray,
                         PushArray, Reserve, RoomCheck, Store, var_name)
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
 from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
@@ -169,6 +169,7 @@ class ArrayMixin:
             for st in blk.stmts:
                 if self.is_array_stmt(st):
                     self.prepare_array_stmt(blk, st)
+                    self.prepare_shape_record(blk, st)
 
         self.skip_unread_records()
         for blk in self.fn.iter_blocks():
@@ -408,6 +409,20 @@ class ArrayMixin:
             # in statement order: the primal pushes it at the allocation, between the
             # records of the statements before and after it, and the adjoint pops in reverse
             self.stmt_pushes[blk.id].append((info["restore"], self.kind(v), id(st)))
+
+    def prepare_shape_record(self, blk, st: Stmt) -> None:
+        """An array with a shadow created in a loop may change shape between iterations
+        (``w = x[i:] * 2.0``, ``tmp = np.zeros(n - i)``): its allocation records the shape
+        of the shadow it replaces (the previous iteration's), so that the reverse of the
+        allocation gives the shadow back the shape of the previous iteration's array."""
+        v = st.var
+        if v is None or v.id not in self.shadow_roots or not self.is_arr(v) or \
+                not self.in_loop(blk.id):
+            return
+        names = [f"_sh{self.new_tmp()}" for _ in range(array_ndim(self.kind(v)))]
+        self.__dict__.setdefault("shape_records", {})[v.id] = names
+        for n in names:     # after the statement's own records, as alloc_shadow pushes them
+            self.stmt_pushes[blk.id].append((n, "int", id(st)))
 
     def new_tmp(self) -> int:
         self._ntmp = getattr(self, "_ntmp", 0) + 1
@@ -822,6 +837,13 @@ class ArrayMixin:
 
     def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool, loc=None) -> None:
         n, d = var_name(v), self.dname(v)
+        shape_names = getattr(self, "shape_records", {}).get(v.id) if loop else None
+        if shape_names:
+            # a statement in a loop: the shape may change, the reverse pass reshapes
+            for k, name in enumerate(shape_names):
+                self.push_now(name, f"{d}.shape[{k}]", "int", ind, code)
+            code.add(ind, f"{d} = _zyg_shadow_like({d}, {n})")
+            return
         if loop:
             if loc is not None and loc.filename is not None:
                 # name the user's line where the array is made (numba raises it with constant args)
@@ -1069,9 +1091,11 @@ class ArrayMixin:
         if "restore" in info:
             r = local.get(info["restore"], info["restore"])
             v = var_name(st.var)
-            code.put(ind, If(f"{r}.size == {v}.size"))
-            code.add(ind + 1, f"{v}[...] = {r}.reshape({v}.shape)" if array_ndim(self.kind(st.var)) > 1
-                     else f"{v}[...] = {r}")
+            # (the record has its shape; a loop's array may change shape between iterations)
+            code.put(ind, If(f"{r}.shape == {v}.shape"))
+            code.add(ind + 1, f"{v}[...] = {r}")
+            code.put(ind, Else())
+            code.add(ind + 1, f"{v} = {r}.copy()")
 
     def operand_value(self, a, local: Dict[str, str]) -> str:
         if isinstance(a, Var) and self.is_arr(a):
@@ -1088,7 +1112,16 @@ class ArrayMixin:
         if v is None or not loop:
             return
         if self.is_arr(v):
-            if v.id in self.shadow_roots:
+            shape_names = getattr(self, "shape_records", {}).get(v.id)
+            if shape_names:
+                # the shadow of the previous iteration's array, maybe of another shape
+                d = self.dname(v)
+                shape = "(" + "".join(f"{k}, " for k in shape_names) + ")"
+                code.put(ind, If(f"{d}.shape == {shape}"))
+                code.add(ind + 1, f"{d}[...] = 0")
+                code.put(ind, Else())
+                code.add(ind + 1, f"{d} = np.zeros({shape}, {d}.dtype)")
+            elif v.id in self.shadow_roots:
                 code.add(ind, f"{self.dname(v)}[...] = 0")
         else:
             code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")
