@@ -325,3 +325,40 @@ def test_array_rebound_in_loop_is_refused():
     msg = str(ei.value)
     assert "written in place is reassigned from an array created inside a loop" in msg
     assert f"line {line}" in msg and __file__ in msg
+
+
+def scalar_invert(x):
+    b = x > 0.5
+    y = x * x
+    if ~(x > 1.0):          # ~ of a bool is `not` (numpy and numba), not Python's -2
+        y = y * 3.0
+    return y + x * ~b + (~5 & 3) + (6 >> 1) * x
+
+
+def test_invert_of_a_bool_scalar():
+    # plain Python computes ~True as -2: the reference is written out (numba's semantics)
+    for x in (0.3, 0.7, 1.2):
+        expect = (6.0 if x <= 1.0 else 2.0) * x + (x <= 0.5) + 3.0
+        for t in TARGETS:
+            v, g = built("vg", scalar_invert, 0, t)(x)
+            assert np.isclose(v, x * x * (3.0 if x <= 1.0 else 1.0) + x * (x <= 0.5) + 2 + 3 * x,
+                              rtol=1e-14), (t, x, v)
+            assert np.isclose(g, expect, rtol=1e-7)
+
+
+def carried_shrinking(x):
+    v = x * 1.0
+    s = 0.0
+    for i in range(3):
+        v = v[1:] * 2.0
+        s += np.sum(v * v)
+    return s
+
+
+def test_carried_array_changing_shape_is_refused():
+    # the array is carried by the loop (a block parameter), whose shadow keeps one shape
+    line = carried_shrinking.__code__.co_firstlineno + 4
+    with pytest.raises(zyg.ShapeChanged) as ei:
+        zyg.grad(carried_shrinking, target="python")(np.arange(1.0, 6.0))
+    msg = str(ei.value)
+    assert "changes shape between iterations" in msg and f"line {line}" in msg

@@ -417,12 +417,26 @@ class ArrayMixin:
         allocation gives the shadow back the shape of the previous iteration's array."""
         v = st.var
         if v is None or v.id not in self.shadow_roots or not self.is_arr(v) or \
-                not self.in_loop(blk.id):
+                not self.in_loop(blk.id) or v.id in self._edge_arrays():
+            # (an array carried to a block parameter, v = v[1:] * 2.0 in a loop: the
+            # parameter's shadow keeps one shape, and a change raises ShapeChanged)
             return
         names = [f"_sh{self.new_tmp()}" for _ in range(array_ndim(self.kind(v)))]
         self.__dict__.setdefault("shape_records", {})[v.id] = names
         for n in names:     # after the statement's own records, as alloc_shadow pushes them
             self.stmt_pushes[blk.id].append((n, "int", id(st)))
+
+    def _edge_arrays(self) -> Set[int]:
+        """Ids of the arrays passed along an edge to a block parameter."""
+        got = self.__dict__.get("_edge_array_ids")
+        if got is None:
+            got = set()
+            for b in self.fn.iter_blocks():
+                for q in self.p.preds[b.id]:
+                    got.update(a.id for a in self.edge_args(q, b.id)
+                               if isinstance(a, Var) and self.is_arr(a))
+            self._edge_array_ids = got
+        return got
 
     def new_tmp(self) -> int:
         self._ntmp = getattr(self, "_ntmp", 0) + 1

@@ -58,6 +58,11 @@ def specialize(fn: Function, kinds: Dict[int, str], strong_scalars: bool = False
                     kinds.get(getattr(e.args[0], "id", None), "") in ("float", "complex", "int", "bool"):
                 # z.real of a number: a call with a scalar rule (docs/complex.md)
                 fnc = real_part if fnc.attr == "real" else imag_part
+            elif fnc is operator.invert and len(e.args) == 1 and \
+                    kinds.get(getattr(e.args[0], "id", None)) == "bool" or \
+                    fnc is operator.invert and isinstance(e.args[0], Const) and \
+                    isinstance(e.args[0].value, bool):
+                fnc = operator.not_         # ~b of a bool is numpy's and numba's not b
             if _same_array(fnc, e, kinds):
                 alias[st.var.id] = e.args[0]       # np.asarray(a) is a: one memory, one name
                 continue

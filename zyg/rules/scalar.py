@@ -164,6 +164,11 @@ NONDIFF = [
     np.argmax, np.argmin, np.int64, np.int32, np.bool_, cmath.isnan, cmath.isinf, cmath.isfinite,
 ]
 
+def _kind_invert(kinds, consts):
+    """``~b`` of a bool is a bool (numpy and numba: ``not b``; Python's ``~True`` is -2)."""
+    return "bool" if list(kinds) == ["bool"] else None
+
+
 _FILENAME = "<zyg-rules-scalar>"
 
 
@@ -293,6 +298,8 @@ def _install() -> None:
     exec(compile(src, _FILENAME, "exec"), ns)
     for fn in NONDIFF:
         nondifferentiable(fn)
+    from ..ssa import analysis
+    analysis.KIND_HOOKS[operator.invert] = _kind_invert
     # every other built-in rule (math functions, min/max, %, ...) has no complex form
     complex_ok = {getattr(cmath, n) for n in UNARY if hasattr(cmath, n)} | {
         operator.add, operator.sub, operator.neg, operator.pos, builtins.complex, cmath.rect,
