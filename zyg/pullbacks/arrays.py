@@ -199,11 +199,15 @@ class ArrayMixin:
                             not any(a.id == pp.id for b2 in self.fn.iter_blocks() for pp in b2.params):
                         bad = "an array created inside a loop"
                     if bad:
-                        loc = blk.loc
+                        # the line that makes the new array (a = a.copy()), else the loop's
+                        got = self.def_stmt(a) if isinstance(a, Var) else None
+                        loc = got[2].loc if got is not None and got[2].loc is not None and \
+                            got[2].loc.lineno is not None else blk.loc
                         raise UnsupportedSyntax(
                             f"an array that is written in place is reassigned from {bad} in a loop or "
                             f"branch; zyg cannot rewind that",
-                            loc.filename if loc else None, loc.lineno if loc else None, None,
+                            loc.filename if loc else None, loc.lineno if loc else None,
+                            getattr(loc, "col", None) if loc else None,
                             hint="allocate the arrays before the loop and copy into them (buf[:] = new) "
                                  "or swap two preallocated arrays")
 
