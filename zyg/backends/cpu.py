@@ -33,8 +33,8 @@ def _plain_callees(fn: Any) -> Dict[str, Any]:
         names.update(co.co_names)
         stack.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
     glob = fn.__globals__
-    # (fn itself, when it calls itself, becomes its own compiled version: see wrap)
-    return {n: glob[n] for n in sorted(names) if n in glob and _plain_function(glob[n])}
+    return {n: glob[n] for n in sorted(names)
+            if n in glob and glob[n] is not fn and _plain_function(glob[n])}
 
 
 class CpuBackend(Backend):
@@ -89,12 +89,7 @@ class CpuBackend(Backend):
             key = (id(obj), self.tag(), tuple(id(v) for v in callees.values()))
             got = self._wrapped.get(key)
             if got is None or got[0] is not obj:
-                copy = self._calling_compiled(obj, callees)
-                got = (obj, self.jit(copy))
-                if copy is not obj:
-                    for name, v in callees.items():
-                        if v is obj:        # recursion: the copy calls its compiled self
-                            copy.__globals__[name] = got[1]
+                got = (obj, self.jit(self._calling_compiled(obj, callees)))
                 if getattr(obj, "_zyg_uncacheable", False):
                     # object mode inside (zyg/ssa/raising.py): callers skip the disk cache
                     got[1]._zyg_uncacheable = True
@@ -115,8 +110,7 @@ class CpuBackend(Backend):
         try:
             glob = dict(fn.__globals__)
             for name, v in callees.items():
-                if v is not fn:
-                    glob[name] = self.wrap(v)
+                glob[name] = self.wrap(v)
         finally:
             wrapping.discard(id(fn))
         g = types.FunctionType(fn.__code__, glob, fn.__name__, fn.__defaults__, fn.__closure__)
