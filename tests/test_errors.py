@@ -185,7 +185,8 @@ UNSUPPORTED = [
     (undefined_name, "not_defined_anywhere", "name 'not_defined_anywhere' is not defined", None),
     (uses_raise, "raise ValueError", "'raise ... from ...' is not supported", "without 'from'"),
     (function_reassigned, "def h(t)", "'h' is both a nested function and a variable", "own name"),
-    (bitwise, "n & 1", "operator BitAnd is not supported", "bitwise"),
+    # bitwise operators take ints and bools (masks); this call passes a float n
+    (bitwise, "n & 1", "the bitwise operator & takes integers and booleans", "not differentiable"),
     (walrus, "y := x", "'NamedExpr' expressions are not supported", "separate assignment"),
     (comprehension, "return [x * i", "returning a list comprehension is not supported", "np.array"),
     (global_module_value, "NUMPY_MODULE", "global 'NUMPY_MODULE' of type module", "numbers"),

@@ -95,6 +95,12 @@ for _f in (np.nansum, np.nanmean, np.nanvar, np.nanstd, np.nanmax, np.nanmin):
     rule(_f, with_nans((3, 4), 3), kw={"axis": 0}, cpu=_f in (np.nanmean, np.nanmax))
     rule(_f, with_nans((3, 4), 3), kw={"axis": 1})
 rule(np.nanvar, with_nans((3, 4), 2), kw={"ddof": 1})
+# np.nan_to_num and np.polyval (issue 24; more in tests/test_realcode_arrays.py)
+rule(np.nan_to_num, with_nans((7,)), cpu=True)
+rule(np.nan_to_num, with_nans((3, 4), 3), kw={"nan": 1.5, "posinf": 2.0, "neginf": -2.0})
+rule(np.polyval, U((3,)), U((4,)), cpu=True)
+rule(np.polyval, U((4,)), U(()))
+rule(np.polyval, U((2,)), U((2, 3)))
 rule(np.nanstd, with_nans((3, 4), 2), kw={"axis": 1, "ddof": 1})
 rule(np.nansum, distinct((5,)), id="np.nansum(a0)[5,no nan]")
 

@@ -17,6 +17,26 @@ from .. import numerics
 from .base import Backend
 
 
+def _plain_function(obj: Any) -> bool:
+    """A Python function numba does not implement itself (not one of numpy's)."""
+    return isinstance(obj, types.FunctionType) and not \
+        (getattr(obj, "__module__", "") or "").startswith("numpy")
+
+
+def _plain_callees(fn: Any) -> Dict[str, Any]:
+    """name -> plain Python function, for the globals ``fn``'s code (nested functions
+    included) names."""
+    names: set = set()
+    stack = [fn.__code__]
+    while stack:
+        co = stack.pop()
+        names.update(co.co_names)
+        stack.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
+    glob = fn.__globals__
+    return {n: glob[n] for n in sorted(names)
+            if n in glob and glob[n] is not fn and _plain_function(glob[n])}
+
+
 class CpuBackend(Backend):
     name = "cpu"
     compiled = True
@@ -63,19 +83,40 @@ class CpuBackend(Backend):
         subst = self._substitutes()
         if id(obj) in subst:
             return subst[id(obj)]
-        if isinstance(obj, types.FunctionType) and not \
-                (getattr(obj, "__module__", "") or "").startswith("numpy"):
+        if _plain_function(obj):
             # (numpy's Python-level functions such as np.ones have numba implementations)
-            key = (id(obj), self.tag())
+            callees = _plain_callees(obj)
+            key = (id(obj), self.tag(), tuple(id(v) for v in callees.values()))
             got = self._wrapped.get(key)
             if got is None or got[0] is not obj:
-                got = (obj, self.jit(obj))
+                got = (obj, self.jit(self._calling_compiled(obj, callees)))
                 if getattr(obj, "_zyg_uncacheable", False):
                     # object mode inside (zyg/ssa/raising.py): callers skip the disk cache
                     got[1]._zyg_uncacheable = True
                 self._wrapped[key] = got
             return got[1]
         return obj
+
+    def _calling_compiled(self, fn: Any, callees: Dict[str, Any]) -> Any:
+        """``fn`` with the plain Python functions it calls through its globals (a rule's
+        helper calling another helper) replaced by their compiled versions, in a copy of
+        its globals: numba cannot call a plain function from compiled code."""
+        if not callees:
+            return fn
+        wrapping = self.__dict__.setdefault("_wrapping", set())
+        if id(fn) in wrapping:          # mutual recursion: numba reports it at the call
+            return fn
+        wrapping.add(id(fn))
+        try:
+            glob = dict(fn.__globals__)
+            for name, v in callees.items():
+                glob[name] = self.wrap(v)
+        finally:
+            wrapping.discard(id(fn))
+        g = types.FunctionType(fn.__code__, glob, fn.__name__, fn.__defaults__, fn.__closure__)
+        g.__kwdefaults__, g.__qualname__, g.__module__ = fn.__kwdefaults__, fn.__qualname__, fn.__module__
+        g.__doc__ = fn.__doc__
+        return g
 
     def exec_source(self, src: str, label: str, glob: Dict[str, Any]) -> None:
         exec(compile(src, label, "exec"), glob)

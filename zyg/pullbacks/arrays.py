@@ -32,7 +32,7 @@ from ..errors import NoAdjoint, UnsupportedSyntax
 from ..rules import arrays as arules, dispatch
 from ..ssa.analysis import (array_dtype, array_ndim, differentiable, elem_kind, is_array, is_tuple,
                             tuple_elts)
-from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Grow, If, Peek, Pop, PopArray,
+from ..ssa.emit import (INFIX, PREFIX, ZERO, Advance, Capacity, Code, Else, Grow, If, Peek, Pop, PopArray,
                         PushArray, Reserve, RoomCheck, Store, var_name)
 from ..ssa.ir import Const, Stmt, Undef, Var, callee_name
 from ..ssa.prims import (ArrayOf, Attr, GetItem, InPlace, MakeTuple, Prim, Recursive, SetItem, Stacked,
@@ -59,7 +59,10 @@ def zero_of(kind: str) -> str:
     return ZERO.get(kind, "0.0")
 
 
-_UFUNC = {"+": "np.add", "-": "np.subtract", "*": "np.multiply", "/": "np.divide"}
+_UFUNC = {"+": "np.add", "-": "np.subtract", "*": "np.multiply", "/": "np.divide",
+          "&": "np.bitwise_and", "|": "np.bitwise_or", "^": "np.bitwise_xor"}
+# in-place operators on bool and int arrays (masks: m &= x > 0), never differentiated
+_BITWISE_INPLACE = (operator.and_, operator.or_, operator.xor)
 
 
 def inplace_src(target: str, op: str, expr: str) -> str:
@@ -70,6 +73,11 @@ def inplace_src(target: str, op: str, expr: str) -> str:
     if isinstance(ast.parse(target, mode="eval").body, ast.Subscript):
         return f"{target} {op}= {expr}"
     return f"{_UFUNC[op]}({target}, {expr}, {target})"
+
+
+def base_int_or_bool(k: str) -> bool:
+    """An int or bool array kind (never differentiated)."""
+    return is_array(k) and k[0] in "biu"
 
 
 class ArrayMixin:
@@ -161,6 +169,7 @@ class ArrayMixin:
             for st in blk.stmts:
                 if self.is_array_stmt(st):
                     self.prepare_array_stmt(blk, st)
+                    self.prepare_shape_record(blk, st)
 
         self.skip_unread_records()
         for blk in self.fn.iter_blocks():
@@ -190,11 +199,15 @@ class ArrayMixin:
                             not any(a.id == pp.id for b2 in self.fn.iter_blocks() for pp in b2.params):
                         bad = "an array created inside a loop"
                     if bad:
-                        loc = blk.loc
+                        # the line that makes the new array (a = a.copy()), else the loop's
+                        got = self.def_stmt(a) if isinstance(a, Var) else None
+                        loc = got[2].loc if got is not None and got[2].loc is not None and \
+                            got[2].loc.lineno is not None else blk.loc
                         raise UnsupportedSyntax(
                             f"an array that is written in place is reassigned from {bad} in a loop or "
                             f"branch; zyg cannot rewind that",
-                            loc.filename if loc else None, loc.lineno if loc else None, None,
+                            loc.filename if loc else None, loc.lineno if loc else None,
+                            getattr(loc, "col", None) if loc else None,
                             hint="allocate the arrays before the loop and copy into them (buf[:] = new) "
                                  "or swap two preallocated arrays")
 
@@ -253,8 +266,8 @@ class ArrayMixin:
             return self.finish_needed(blk, st, needed)
         if isinstance(fn, InPlace) and self.is_arr(e.args[0]):
             info["kind"] = "inplace"
-            if fn.op not in (__import__("operator").add, __import__("operator").sub,
-                             __import__("operator").mul, __import__("operator").truediv):
+            if fn.op not in (operator.add, operator.sub, operator.mul, operator.truediv) and \
+                    not (fn.op in _BITWISE_INPLACE and base_int_or_bool(self.kind(e.args[0]))):
                 raise self.err(st, f"in-place '{InPlace.SYMBOL.get(fn.op)}' on arrays is not supported",
                                cls=UnsupportedSyntax)
             base = e.args[0]
@@ -400,6 +413,34 @@ class ArrayMixin:
             # in statement order: the primal pushes it at the allocation, between the
             # records of the statements before and after it, and the adjoint pops in reverse
             self.stmt_pushes[blk.id].append((info["restore"], self.kind(v), id(st)))
+
+    def prepare_shape_record(self, blk, st: Stmt) -> None:
+        """An array with a shadow created in a loop may change shape between iterations
+        (``w = x[i:] * 2.0``, ``tmp = np.zeros(n - i)``): its allocation records the shape
+        of the shadow it replaces (the previous iteration's), so that the reverse of the
+        allocation gives the shadow back the shape of the previous iteration's array."""
+        v = st.var
+        if v is None or v.id not in self.shadow_roots or not self.is_arr(v) or \
+                not self.in_loop(blk.id) or v.id in self._edge_arrays():
+            # (an array carried to a block parameter, v = v[1:] * 2.0 in a loop: the
+            # parameter's shadow keeps one shape, and a change raises ShapeChanged)
+            return
+        names = [f"_sh{self.new_tmp()}" for _ in range(array_ndim(self.kind(v)))]
+        self.__dict__.setdefault("shape_records", {})[v.id] = names
+        for n in names:     # after the statement's own records, as alloc_shadow pushes them
+            self.stmt_pushes[blk.id].append((n, "int", id(st)))
+
+    def _edge_arrays(self) -> Set[int]:
+        """Ids of the arrays passed along an edge to a block parameter."""
+        got = self.__dict__.get("_edge_array_ids")
+        if got is None:
+            got = set()
+            for b in self.fn.iter_blocks():
+                for q in self.p.preds[b.id]:
+                    got.update(a.id for a in self.edge_args(q, b.id)
+                               if isinstance(a, Var) and self.is_arr(a))
+            self._edge_array_ids = got
+        return got
 
     def new_tmp(self) -> int:
         self._ntmp = getattr(self, "_ntmp", 0) + 1
@@ -814,6 +855,13 @@ class ArrayMixin:
 
     def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool, loc=None) -> None:
         n, d = var_name(v), self.dname(v)
+        shape_names = getattr(self, "shape_records", {}).get(v.id) if loop else None
+        if shape_names:
+            # a statement in a loop: the shape may change, the reverse pass reshapes
+            for k, name in enumerate(shape_names):
+                self.push_now(name, f"{d}.shape[{k}]", "int", ind, code)
+            code.add(ind, f"{d} = _zyg_shadow_like({d}, {n})")
+            return
         if loop:
             if loc is not None and loc.filename is not None:
                 # name the user's line where the array is made (numba raises it with constant args)
@@ -1061,9 +1109,11 @@ class ArrayMixin:
         if "restore" in info:
             r = local.get(info["restore"], info["restore"])
             v = var_name(st.var)
-            code.put(ind, If(f"{r}.size == {v}.size"))
-            code.add(ind + 1, f"{v}[...] = {r}.reshape({v}.shape)" if array_ndim(self.kind(st.var)) > 1
-                     else f"{v}[...] = {r}")
+            # (the record has its shape; a loop's array may change shape between iterations)
+            code.put(ind, If(f"{r}.shape == {v}.shape"))
+            code.add(ind + 1, f"{v}[...] = {r}")
+            code.put(ind, Else())
+            code.add(ind + 1, f"{v} = {r}.copy()")
 
     def operand_value(self, a, local: Dict[str, str]) -> str:
         if isinstance(a, Var) and self.is_arr(a):
@@ -1080,7 +1130,16 @@ class ArrayMixin:
         if v is None or not loop:
             return
         if self.is_arr(v):
-            if v.id in self.shadow_roots:
+            shape_names = getattr(self, "shape_records", {}).get(v.id)
+            if shape_names:
+                # the shadow of the previous iteration's array, maybe of another shape
+                d = self.dname(v)
+                shape = "(" + "".join(f"{k}, " for k in shape_names) + ")"
+                code.put(ind, If(f"{d}.shape == {shape}"))
+                code.add(ind + 1, f"{d}[...] = 0")
+                code.put(ind, Else())
+                code.add(ind + 1, f"{d} = np.zeros({shape}, {d}.dtype)")
+            elif v.id in self.shadow_roots:
                 code.add(ind, f"{self.dname(v)}[...] = 0")
         else:
             code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")

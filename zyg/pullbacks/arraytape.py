@@ -33,12 +33,10 @@ def push_array(stack, sp, x):
 
 def shadow_like(old, x):
     """The shadow buffer of an array created in a loop: the previous one while the
-    shape stays the same (shadows stay zero in the primal), else a new one."""
+    shape stays the same (shadows stay zero in the primal), else a new one (the
+    allocation recorded the previous shape for the reverse pass)."""
     if old.shape == x.shape:
         return old
-    if old.size != 0:
-        raise ValueError("zyg: an array created inside a loop changed shape between iterations; "
-                         "differentiated loops need arrays of one shape per creation site")
     return np.zeros(x.shape, x.dtype)
 
 

@@ -24,7 +24,11 @@ def unsupported_reason(spec: Sequence[str], op_kinds: Sequence[str], nd_masks: b
     the target indexes with boolean masks of several dimensions (``Backend.nd_masks``)."""
     parts = array_parts(spec, op_kinds)
     if len(parts) > 1:
-        return "an index with more than one array part (x[rows, cols])"
+        # x[rows, cols]: 1-D integer arrays side by side, paired element by element
+        if any(kd[0] not in "iu" or array_ndim(kd) != 1 for _, _, kd in parts):
+            return "an index with several array parts that are not all 1-D integer arrays"
+        if [p for p, _, _ in parts] != list(range(parts[0][0], parts[0][0] + len(parts))):
+            return "array index parts that are not side by side (x[rows, :, cols])"
     if "n" in spec or "e" in spec:
         return "an array index combined with None or ..."
     pos, _, kd = parts[0]
@@ -49,7 +53,8 @@ def _parts(spec, ops, op_kinds):
 
 
 def _result_index(spec, op_kinds, counter: str) -> str:
-    """The subscript of the gathered array for the element ``counter`` of the selection."""
+    """The subscript of the gathered array for the element ``counter`` of the selection
+    (several array parts, x[rows, cols], give one axis where the first one is)."""
     pos, _, _ = _parts(spec, None, op_kinds)
     out: List[str] = []
     for p, s in enumerate(spec):
@@ -58,6 +63,20 @@ def _result_index(spec, op_kinds, counter: str) -> str:
         elif s == "s":
             out.append(":")
     return ", ".join(out)
+
+
+def _paired(ops: List[str], parts, kv: str) -> tuple:
+    """Several 1-D index arrays (x[rows, cols]): the length of the selection (numpy
+    broadcasts arrays of length 1 against the others) and the operands with each array
+    part read at the element ``kv`` of the selection."""
+    sels = [ops[k] for _, k, _ in parts]
+    n = sels[0] + ".shape[0]"
+    for s in sels[1:]:
+        n = f"max({n}, {s}.shape[0])"
+    new_ops = list(ops)
+    for (_, k, _), s in zip(parts, sels):
+        new_ops[k] = f"{s}[min({kv}, {s}.shape[0] - 1)]"
+    return n, new_ops
 
 
 def selection_loop(spec, ops: List[str], op_kinds, tmp: int, body) -> Code:
@@ -84,6 +103,12 @@ def selection_loop(spec, ops: List[str], op_kinds, tmp: int, body) -> Code:
         code.add(ind, f"{c} += 1")
         return code
     kv = f"_k{tmp}"
+    parts = array_parts(spec, op_kinds)
+    if len(parts) > 1:
+        n, new_ops = _paired(ops, parts, kv)
+        code.put(0, For(kv, f"range({n})"))
+        code.add(1, body(index_src(spec, new_ops), _result_index(spec, op_kinds, kv)))
+        return code
     new_ops = list(ops)
     new_ops[k] = f"{sel}[{kv}]"
     code.put(0, For(kv, f"range({sel}.shape[0])"))
@@ -109,6 +134,22 @@ def keep_last(spec, ops: List[str], op_kinds, base: str, g: str, tmp: int) -> Op
     n = f"{base}.shape[{pos}]"
     gi = _result_index(spec, op_kinds, kv)
     code = Code()
+    parts = array_parts(spec, op_kinds)
+    if len(parts) > 1:
+        # x[rows, cols] = v: an element is repeated when the whole tuple of indices is;
+        # number the selected elements in C order of the axes the arrays index
+        count, new_ops = _paired(ops, parts, kv)
+        dims = [f"{base}.shape[{p}]" for p, _, _ in parts]
+        flat = f"{new_ops[parts[0][1]]} % {dims[0]}"
+        for (_, kk, _), d in zip(parts[1:], dims[1:]):
+            flat = f"({flat}) * {d} + {new_ops[kk]} % {d}"
+        code.add(0, f"{s} = np.zeros({' * '.join(dims)}, np.bool_)")
+        code.put(0, For(kv, f"range({count} - 1, -1, -1)"))
+        code.add(1, f"{j} = {flat}")
+        code.put(1, If(f"{s}[{j}]"))
+        code.add(2, f"{g}[{gi}] = 0")
+        code.add(1, f"{s}[{j}] = True")
+        return code
     code.add(0, f"{s} = np.zeros({n}, np.bool_)")
     code.put(0, For(kv, f"range({sel}.shape[0] - 1, -1, -1)"))
     code.add(1, f"{j} = {sel}[{kv}] % {n}")

@@ -291,6 +291,9 @@ class Forward:
             return self.call_src(st, [self.tz(a) if i in lin else s for i, (a, s) in enumerate(zip(ops, args))])
         if any(is_array(k) for k in kinds):
             return self.array_tangent(st, args, act, kinds, y)
+        if is_array(self.kind(st.var)) and getattr(dispatch.rule_for(fn), "fwd", None) is not None:
+            # an array made of numbers (np.full(n, v)): the array rule's forward part
+            return self.array_tangent(st, args, act, kinds, y)
         rule = registry.lookup(fn)
         conv = rule.converted if rule is not None else None
         if conv is None or conv.back_exprs is None:

@@ -23,6 +23,24 @@ from ..ssa.passes import _substitute, remove_trivial_params, verify
 from ..ssa.prims import Attr, CastLike, InPlace, MakeTuple
 
 
+_BITWISE = {operator.and_: "&", operator.or_: "|", operator.xor: "^", operator.invert: "~",
+            operator.lshift: "<<", operator.rshift: ">>"}
+
+
+def _check_bitwise(st: Stmt, fnc: Any, kinds: Dict[int, str]) -> None:
+    """Bitwise operators take ints and bools (and int or bool arrays), as in numpy."""
+    for a in st.expr.args:
+        k = kinds.get(a.id, "") if isinstance(a, Var) else kind_of_value(getattr(a, "value", None))
+        if k in ("float", "complex") or is_array(k) and k[0] in "fc":
+            loc = st.loc
+            raise UnsupportedSyntax(
+                f"the bitwise operator {_BITWISE[fnc]} takes integers and booleans (and int or "
+                f"bool arrays); here an operand is {_describe_number(k)}",
+                loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
+                hint="bitwise operators are not differentiable: compare instead (x > 0), or "
+                     "convert with int(...)")
+
+
 def specialize(fn: Function, kinds: Dict[int, str], strong_scalars: bool = False) -> Function:
     """A copy of ``fn`` for these kinds: ``x op= y`` on numbers is the plain operation;
     on arrays its result *is* ``x`` (same memory), so uses of the result are replaced by
@@ -58,6 +76,13 @@ def specialize(fn: Function, kinds: Dict[int, str], strong_scalars: bool = False
                     kinds.get(getattr(e.args[0], "id", None), "") in ("float", "complex", "int", "bool"):
                 # z.real of a number: a call with a scalar rule (docs/complex.md)
                 fnc = real_part if fnc.attr == "real" else imag_part
+            if fnc in _BITWISE:
+                _check_bitwise(st, fnc, kinds)
+            if fnc is operator.invert and len(e.args) == 1 and \
+                    kinds.get(getattr(e.args[0], "id", None)) == "bool" or \
+                    fnc is operator.invert and isinstance(e.args[0], Const) and \
+                    isinstance(e.args[0].value, bool):
+                fnc = operator.not_         # ~b of a bool is numpy's and numba's not b
             if _same_array(fnc, e, kinds):
                 alias[st.var.id] = e.args[0]       # np.asarray(a) is a: one memory, one name
                 continue
@@ -236,6 +261,12 @@ def _cast(st: Stmt, kinds: Dict[int, str]):
         loc.filename if loc else None, loc.lineno if loc else None, loc.col if loc else None,
         hint="for an array write np.asarray(v, dtype=x.dtype) or v.astype(x.dtype); "
              "for a number float(v), complex(v) or int(v)")
+
+
+def _describe_number(k: str) -> str:
+    if is_array(k):
+        return f"a {array_dtype(k)} array"
+    return {"float": "a float", "complex": "a complex number"}.get(k, _describe(k))
 
 
 def _describe(k: str) -> str:

@@ -435,8 +435,15 @@ def _full(c: Ctx, i: int) -> Optional[str]:
     return c.dy if i == 1 else None
 
 
+def _full_fwd(c: Ctx, i: int) -> str:
+    # the tangent of the fill value fills the tangent (the shape, or the template of
+    # np.full_like, carries none)
+    return f"np.full_like({c.y}, {c.dy})" if i == 1 else f"np.zeros_like({c.y})"
+
+
 ARRAY_RULES[np.full] = ARule(_full)
 ARRAY_RULES[np.full_like] = ARule(_full)
+ARRAY_RULES[np.full].fwd = ARRAY_RULES[np.full_like].fwd = _full_fwd
 
 
 def _linspace(c: Ctx, i: int) -> Optional[str]:

@@ -430,6 +430,49 @@ def _interp(c: Ctx, i: int) -> Optional[str]:
 
 EXTRA_RULES[np.interp] = ARule(_interp)
 
+
+# --- np.nan_to_num, np.polyval -----------------------------------------------------------------
+def _nan_to_num(c: Ctx, i: int) -> Optional[str]:
+    """The finite elements pass through; nan and the infinities become constants (the
+    replacement values are keywords, which must not depend on the inputs)."""
+    _real_only(c, "np.nan_to_num")
+    return f"np.where(np.isfinite({c.x[0]}), {c.dy}, 0.0 * {c.dy})" if i == 0 else None
+
+
+EXTRA_RULES[np.nan_to_num] = ARule(_nan_to_num, broadcast=True, kw_ok=("nan", "posinf", "neginf"))
+SIGS[np.nan_to_num] = (1, ("copy", "nan", "posinf", "neginf"))
+
+
+def _nan_to_num_primal(args: List[str], kinds: List[str], kw: Dict[str, Any]) -> str:
+    from ..ssa.analysis import array_dtype, is_array
+    if not kinds or not is_array(kinds[0]) or kinds[0][0] != "f":
+        raise _RuleError("np.nan_to_num is supported on float arrays")
+    if "copy" in kw:
+        raise _RuleError("np.nan_to_num(): copy= must be a constant True or False")
+    big = repr(float(np.finfo(array_dtype(kinds[0])).max))
+
+    def val(name: str, default: str) -> str:
+        got = kw.get(name)
+        return default if got is None or got[1] is None else got[0]
+    return (f"_zyg_nan_to_num({args[0]}, {val('nan', '0.0')}, {val('posinf', big)}, "
+            f"{val('neginf', '-' + big)})")
+
+
+def _polyval(c: Ctx, i: int) -> Optional[str]:
+    """d/dp[k] = x ** (n - 1 - k), summed over x's elements; d/dx = p'(x)."""
+    _real_only(c, "np.polyval")
+    if c.nd(0) != 1:
+        raise _RuleError("np.polyval is differentiable for 1-D coefficients p")
+    if i == 0:
+        return f"_zyg_polyval_dp_{'s' if c.nd(1) == 0 else 'a'}({c.x[0]}, {c.x[1]}, {c.dy})"
+    return f"{c.dy} * _zyg_polyval_dx({c.x[0]}, {c.x[1]})"
+
+
+EXTRA_RULES[np.polyval] = ARule(_polyval)
+# forward mode: linear in p; p'(x) times x's tangent
+EXTRA_RULES[np.polyval].fwd = lambda c, i: (f"_zyg_polyval({c.dy}, {c.x[1]})" if i == 0 else
+                                            f"_zyg_polyval_dx({c.x[0]}, {c.x[1]}) * {c.dy}")
+
 _CONV_MODES = {"full": 0, "same": 1, "valid": 2}
 
 
@@ -730,6 +773,12 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         if ax is None or nd == 1:
             return f"np.full(({'1, ' * nd}), {inner})"
         return f"np.expand_dims({inner}, {ax})"
+    if fn is np.nan_to_num:
+        return _nan_to_num_primal(args, kinds, kwargs)
+    if fn is np.polyval:
+        if len(args) != 2 or kwargs:
+            raise _RuleError("np.polyval takes p and x by position")
+        return f"_zyg_polyval({args[0]}, {args[1]})"
     if fn in (np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin):
         return None         # arrays.primal_call
     kw = _consts({k: v for k, v in kwargs.items() if k != "weights"}, f"np.{name}")
@@ -1141,11 +1190,62 @@ def convolve_grad(a, v, dy, mode, which):
 
 
 # in dependency order: a helper may call those before it (by its Python name)
+
+def nan_to_num(x, nan, posinf, neginf):
+    """np.nan_to_num(x, nan=, posinf=, neginf=) on a float array (numba's takes no posinf=)."""
+    out = x.copy()
+    flat = out.reshape(-1)
+    for k in range(flat.shape[0]):
+        v = flat[k]
+        if np.isnan(v):
+            flat[k] = nan
+        elif np.isinf(v):
+            flat[k] = posinf if v > 0 else neginf
+    return out
+
+
+def polyval(p, x):
+    """np.polyval by Horner's rule, in numpy's order of operations (the same rounding)."""
+    y = x * 0.0
+    for k in range(p.shape[0]):
+        y = y * x + p[k]
+    return y
+
+
+def polyval_dx(p, x):
+    """p'(x) by Horner's rule on p and its derivative together."""
+    d = x * 0.0
+    v = x * 0.0
+    for k in range(p.shape[0]):
+        d = d * x + v
+        v = v * x + p[k]
+    return d
+
+
+def polyval_dp_s(p, x, dy):
+    g = np.zeros(p.shape[0], p.dtype)
+    w = 1.0
+    for k in range(p.shape[0] - 1, -1, -1):
+        g[k] = dy * w
+        w = w * x
+    return g
+
+
+def polyval_dp_a(p, x, dy):
+    g = np.zeros(p.shape[0], p.dtype)
+    w = np.ones_like(x)
+    for k in range(p.shape[0] - 1, -1, -1):
+        g[k] = np.sum(dy * w)
+        w = w * x
+    return g
+
+
 _HELPER_FNS = [cumprod_grad, cumprod_axis, cumprod_grad_axis, diff_adj1, diff_adj2, quantile,
                quantile_grad, quantile_dq, quantile_axis, quantile_grad_axis, quantile_dq_axis,
                unsort1, unsort2, _segment, interp_slope_s, interp_slope_a, interp_dfp_s,
                interp_dfp_a, maximum_accumulate, minimum_accumulate, acc_arg_grad, roll2, tile1,
-               tile2, repeat2, _conv_window, _conv_full, convolve, convolve_grad]
+               tile2, repeat2, _conv_window, _conv_full, convolve, convolve_grad, nan_to_num,
+               polyval, polyval_dx, polyval_dp_s, polyval_dp_a]
 
 
 _HELPERS: Dict[Any, Dict[str, Any]] = {}

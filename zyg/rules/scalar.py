@@ -157,11 +157,17 @@ def imag_part(z):
 
 NONDIFF = [
     operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
-    operator.not_, operator.truth, operator.floordiv, builtins.int, builtins.bool, builtins.round,
+    operator.not_, operator.truth, operator.floordiv, operator.and_, operator.or_, operator.xor,
+    operator.invert, operator.lshift, operator.rshift, builtins.int, builtins.bool, builtins.round,
     builtins.len, math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite,
     np.floor, np.ceil, np.trunc, np.rint, np.round, np.sign, np.isnan, np.isinf, np.isfinite,
     np.argmax, np.argmin, np.int64, np.int32, np.bool_, cmath.isnan, cmath.isinf, cmath.isfinite,
 ]
+
+def _kind_invert(kinds, consts):
+    """``~b`` of a bool is a bool (numpy and numba: ``not b``; Python's ``~True`` is -2)."""
+    return "bool" if list(kinds) == ["bool"] else None
+
 
 _FILENAME = "<zyg-rules-scalar>"
 
@@ -292,6 +298,8 @@ def _install() -> None:
     exec(compile(src, _FILENAME, "exec"), ns)
     for fn in NONDIFF:
         nondifferentiable(fn)
+    from ..ssa import analysis
+    analysis.KIND_HOOKS[operator.invert] = _kind_invert
     # every other built-in rule (math functions, min/max, %, ...) has no complex form
     complex_ok = {getattr(cmath, n) for n in UNARY if hasattr(cmath, n)} | {
         operator.add, operator.sub, operator.neg, operator.pos, builtins.complex, cmath.rect,

@@ -229,7 +229,8 @@ def supported_table() -> str:
              "| function | scalars | arrays | jvp | notes |",
              "| --- | --- | --- | --- | --- |"]
     for name, s, a, j, n in rows():
-        lines.append(f"| `{name}` | {s} | {a} | {j} | {n} |")
+        cell = name.replace("|", "\\|")      # a | b: not a column separator
+        lines.append(f"| `{cell}` | {s} | {a} | {j} | {n} |")
     return "\n".join(lines) + "\n"
 
 

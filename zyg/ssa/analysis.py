@@ -45,7 +45,7 @@ def kind_of_value(v: Any) -> str:
         return "str"
     if v is None:
         return "none"
-    if isinstance(v, type) and issubclass(v, np.number) or isinstance(v, np.dtype):
+    if isinstance(v, type) and issubclass(v, (np.number, np.bool_)) or isinstance(v, np.dtype):
         # a dtype argument: a constant (np.complex128) or a.dtype passed to np.zeros
         return f"dtype:{np.dtype(v).name}"
     return "object"
@@ -777,6 +777,8 @@ def fancy_ndim(base_kind: str, spec: Sequence[str], op_kinds: Sequence[str]) -> 
             k += 3
     _, _, kd = parts[0]
     ki = array_ndim(kd)
+    if len(parts) > 1:    # x[rows, cols]: each array consumes an axis; they broadcast together
+        return nd - ints - len(parts) + max(array_ndim(k) for _, _, k in parts) + spec.count("n")
     if kd[0] == "b":      # a mask consumes as many axes as it has, and gives one
         return nd - ints - ki + 1 + spec.count("n")
     return nd - ints - 1 + ki + spec.count("n")

@@ -23,8 +23,10 @@ INFIX = {
     operator.floordiv: "//", operator.mod: "%", operator.pow: "**",
     operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
     operator.eq: "==", operator.ne: "!=", operator.matmul: "@",
+    operator.and_: "&", operator.or_: "|", operator.xor: "^", operator.lshift: "<<",
+    operator.rshift: ">>",
 }
-PREFIX = {operator.neg: "-", operator.pos: "+", operator.not_: "not "}
+PREFIX = {operator.neg: "-", operator.pos: "+", operator.not_: "not ", operator.invert: "~"}
 
 ZERO = {"float": "0.0", "complex": "0j", "int": "0", "bool": "False", "none": "None",
         "undef": "0.0", "object": "None"}

@@ -263,9 +263,10 @@ _INFIX = {
     "operator.truediv": "/", "operator.floordiv": "//", "operator.mod": "%",
     "operator.pow": "**", "operator.lt": "<", "operator.le": "<=",
     "operator.gt": ">", "operator.ge": ">=", "operator.eq": "==",
-    "operator.ne": "!=",
+    "operator.ne": "!=", "operator.and_": "&", "operator.or_": "|", "operator.xor": "^",
+    "operator.lshift": "<<", "operator.rshift": ">>",
 }
-_PREFIX = {"operator.neg": "-", "operator.pos": "+", "operator.not_": "!"}
+_PREFIX = {"operator.neg": "-", "operator.pos": "+", "operator.not_": "!", "operator.invert": "~"}
 
 
 def format_call(call: Call) -> str:

@@ -52,12 +52,16 @@ _BINOPS = {
     gast.Add: operator.add, gast.Sub: operator.sub, gast.Mult: operator.mul,
     gast.Div: operator.truediv, gast.FloorDiv: operator.floordiv,
     gast.Mod: operator.mod, gast.Pow: operator.pow, gast.MatMult: operator.matmul,
+    # bitwise (not differentiable): bool masks (a & b, ~m) and integer bit tricks
+    gast.BitAnd: operator.and_, gast.BitOr: operator.or_, gast.BitXor: operator.xor,
+    gast.LShift: operator.lshift, gast.RShift: operator.rshift,
 }
 _CMPOPS = {
     gast.Lt: operator.lt, gast.LtE: operator.le, gast.Gt: operator.gt,
     gast.GtE: operator.ge, gast.Eq: operator.eq, gast.NotEq: operator.ne,
 }
-_UNARY = {gast.USub: operator.neg, gast.UAdd: operator.pos, gast.Not: operator.not_}
+_UNARY = {gast.USub: operator.neg, gast.UAdd: operator.pos, gast.Not: operator.not_,
+          gast.Invert: operator.invert}
 
 _UNSUPPORTED_STMT_HINTS = {
     "Try": "exceptions cannot be differentiated; move the try/except outside the function",
@@ -97,7 +101,7 @@ except ImportError:     # pragma: no cover - numba is a dependency
 
 def _scalar_type(v: Any) -> bool:
     """A number type (``float``, ``np.float64``): called as a conversion, passed as a dtype."""
-    return isinstance(v, type) and (v in (int, float, bool, complex) or issubclass(v, np.number))
+    return isinstance(v, type) and (v in (int, float, bool, complex) or issubclass(v, (np.number, np.bool_)))
 
 
 def range_cond(i, stop, step):
@@ -1371,7 +1375,7 @@ class Lowerer:
             return self.emit(Attr(node.attr), [self.expr(node.value)], node, hint)
         if isinstance(value, (int, float, bool, complex)):
             return Const(value)
-        if isinstance(value, type) and issubclass(value, np.number):
+        if isinstance(value, type) and issubclass(value, (np.number, np.bool_)):
             return Const(value)      # a dtype: np.zeros(n, dtype=np.complex128)
         raise self.unsupported(node, f"attribute {node.attr!r} of type {type(value).__name__} "
                                      "cannot be used as a value here")

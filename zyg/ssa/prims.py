@@ -218,7 +218,8 @@ class InPlace(Prim):
 
     SYMBOL = {operator.add: "+=", operator.sub: "-=", operator.mul: "*=", operator.truediv: "/=",
               operator.pow: "**=", operator.floordiv: "//=", operator.mod: "%=",
-              operator.matmul: "@="}
+              operator.matmul: "@=", operator.and_: "&=", operator.or_: "|=", operator.xor: "^=",
+              operator.lshift: "<<=", operator.rshift: ">>="}
 
     def __init__(self, op: Any):
         self.op = op
