@@ -71,6 +71,8 @@ def test_float32_value_grad_jvp_hvp(f, target):
     np.testing.assert_allclose(g, ref, rtol=1e-3, atol=1e-4)
     _, t = zyg.jvp(f, (X,), (V,), target=target)
     np.testing.assert_allclose(t, ref @ V.astype(np.float64), rtol=1e-3, atol=1e-4)
+    if target == "cpu" and f is not ufuncs_where:
+        return      # cpu hvp (a minute of numba compile each): one function is enough in CI
     hv = zyg.hvp(f, X, V, target=target)
     g64 = zyg.grad(f, target="python")
     h = 1e-5

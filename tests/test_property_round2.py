@@ -26,7 +26,8 @@ reshape_second_order, with the Hessian and nested gradients).  float32 programs 
 compared with the float64 run of the same program.  A program zyg refuses with a clear error
 is counted as refused; a family fails when most of its programs are refused.
 
-In CI each family runs 15 derandomized programs, no shrinking.  ``ZYG_PROPERTY_EXAMPLES=n``
+In CI each family runs 15 derandomized programs, no shrinking, every one on python and one in
+three also on cpu (a numba compile each: seconds; the suite's time).  ``ZYG_PROPERTY_EXAMPLES=n``
 runs n random programs per family (with shrinking); ``ZYG_PROPERTY_CPU_EVERY=k`` runs the cpu
 target on about one program of k; ``scripts/long_property_run.py`` runs long and counts.
 """
@@ -49,7 +50,7 @@ from oracles import REFUSED, close, copies, count, mismatch, share
 from test_property_user import sexpr, vexpr
 
 _EXAMPLES = int(os.environ.get("ZYG_PROPERTY_EXAMPLES", "0"))
-CPU_EVERY = int(os.environ.get("ZYG_PROPERTY_CPU_EVERY", "1"))
+CPU_EVERY = int(os.environ.get("ZYG_PROPERTY_CPU_EVERY", "3"))
 TARGETS = ("python", "cpu")
 _DIR = tempfile.mkdtemp(prefix="zyg_prop_r2_")
 _COUNT = itertools.count()
