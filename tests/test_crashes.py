@@ -228,8 +228,11 @@ def test_sigint_during_a_compiled_gradient_is_a_keyboard_interrupt(tmp_path):
     d = str(tmp_path / "cache")
     os.makedirs(d)
     e["ZYG_CACHE_DIR"] = d
+    # the child takes Ctrl-C as KeyboardInterrupt even where this worker ignores SIGINT
+    # (an ignored SIGINT is inherited, and Python then leaves it ignored)
     p = subprocess.Popen([sys.executable, _script(script, d)], env=e,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert p.stdout.readline().strip() == "ready"
         time.sleep(1.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -95,10 +96,18 @@ def test_long_functions_compile(name, src, targets):
 
 # -- Ctrl-C during a first-call compile -------------------------------------------------------
 
+def _sigint_default() -> None:
+    """In the child: Ctrl-C as Python's KeyboardInterrupt, also where this process ignores
+    it (a child inherits an ignored SIGINT, and Python then leaves it ignored; some test
+    runners' workers ignore it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sigint_run(cache: str, phases, base: int = 0) -> str:
     env = dict(os.environ, PYTHONPATH=ROOT, ZYG_CACHE_DIR=cache, ZYG_SIGINT_BASE=str(base))
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_sigint_compile.py"), *phases],
-                       env=env, capture_output=True, text=True, timeout=420)
+                       env=env, capture_output=True, text=True, timeout=420,
+                       preexec_fn=_sigint_default)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     return r.stdout
 

@@ -23,9 +23,22 @@ def _plain_function(obj: Any) -> bool:
         (getattr(obj, "__module__", "") or "").startswith("numpy")
 
 
+def _numba_types(fn: Any) -> bool:
+    """numba types ``fn`` itself (an ``@overload`` of it is registered)."""
+    from numba.core.registry import cpu_target
+    ctx = cpu_target.typing_context
+    try:
+        ctx.refresh()           # overloads registered since the last compile
+        ctx.resolve_value_type(fn)
+        return True
+    except Exception:
+        return False
+
+
 def _plain_callees(fn: Any) -> Dict[str, Any]:
-    """name -> plain Python function, for the globals ``fn``'s code (nested functions
-    included) names."""
+    """name -> plain Python function numba does not type, for the globals ``fn``'s code
+    (nested functions included) names (a function with an ``@overload``, such as
+    ``ssa/iterators._tuple_set``, keeps its numba implementation)."""
     names: set = set()
     stack = [fn.__code__]
     while stack:
@@ -34,7 +47,8 @@ def _plain_callees(fn: Any) -> Dict[str, Any]:
         stack.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
     glob = fn.__globals__
     return {n: glob[n] for n in sorted(names)
-            if n in glob and glob[n] is not fn and _plain_function(glob[n])}
+            if n in glob and glob[n] is not fn and _plain_function(glob[n])
+            and not _numba_types(glob[n])}
 
 
 class CpuBackend(Backend):
@@ -85,7 +99,9 @@ class CpuBackend(Backend):
             return subst[id(obj)]
         if _plain_function(obj):
             # (numpy's Python-level functions such as np.ones have numba implementations)
-            callees = _plain_callees(obj)
+            # a function with object-mode blocks (zyg/ssa/raising.py: messages formatted by
+            # Python) calls its Python helpers from there: they stay Python
+            callees = {} if getattr(obj, "_zyg_uncacheable", False) else _plain_callees(obj)
             key = (id(obj), self.tag(), tuple(id(v) for v in callees.values()))
             got = self._wrapped.get(key)
             if got is None or got[0] is not obj:
