@@ -21,6 +21,7 @@ from . import rules as _rules  # noqa: F401  (registers the built-in rules)
 from .api import (grad, value_and_grad, pullback, jvp, hvp, hessian, jacobian,  # noqa: F401
                   stop_gradient, show, reset_caches)
 from .numerics import set_boundscheck  # noqa: F401
+from .compile import set_compile_notice  # noqa: F401
 from .cuda import vmap  # noqa: F401
 from .check import check_grads, GradCheckError  # noqa: F401
 
@@ -30,4 +31,4 @@ _rules.registry.end_builtin_phase()
 __all__ = ["checkpoint", "checkpointed_range", "hook", "check_grads", "GradCheckError", "grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
            "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback", "ShapeChanged",
-           "set_boundscheck", "vmap"]
+           "set_boundscheck", "set_compile_notice", "vmap"]

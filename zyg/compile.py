@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import contextlib
+import logging
 import os
 import re
 import sys
 import tempfile
 import threading
+import time
 import types
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -168,6 +170,59 @@ def _numba_recursion_limit():
             _LIMIT_USERS[0] -= 1
             if _LIMIT_USERS[0] == 0 and sys.getrecursionlimit() == NUMBA_RECURSION_LIMIT:
                 sys.setrecursionlimit(_LIMIT_USERS[1])
+
+
+_NOTICE_AFTER = [None]   # seconds; None: the env var ZYG_COMPILE_NOTICE (default 2), 0: off
+_NOTICE_DEPTH = threading.local()
+
+
+def set_compile_notice(seconds: Optional[float]) -> None:
+    """Log a one-line notice (logger ``"zyg"``, level WARNING) when numba takes longer than
+    ``seconds`` to compile code zyg generated, naming the function; ``0`` or ``False``
+    silences it, ``None`` follows the env var ``ZYG_COMPILE_NOTICE`` (default 2 s)."""
+    _NOTICE_AFTER[0] = None if seconds is None else float(seconds or 0)
+
+
+def _notice_after() -> float:
+    if _NOTICE_AFTER[0] is not None:
+        return _NOTICE_AFTER[0]
+    try:
+        return float(os.environ.get("ZYG_COMPILE_NOTICE", "2") or 0)
+    except ValueError:
+        return 2.0
+
+
+@contextlib.contextmanager
+def compile_notice(fname: str, locs=None):
+    """Around a numba compile of code generated for ``fname``: past the notice delay, one
+    line says what is being compiled (the outermost compile of a thread only)."""
+    delay = _notice_after()
+    depth = getattr(_NOTICE_DEPTH, "n", 0)
+    if delay <= 0 or depth:
+        yield
+        return
+    where = ""
+    lines = [v for v in (locs or {}).values() if getattr(v, "lineno", None)]
+    if lines:
+        first = min(lines, key=lambda v: v.lineno)
+        where = f" ({os.path.basename(first.filename)}:{first.lineno})"
+    t0 = time.perf_counter()
+
+    def notice():
+        logging.getLogger("zyg").warning(
+            "zyg: numba is still compiling the code generated for %r%s after %.0f s; a first "
+            "call compiles once per argument types (later processes load it from the cache); "
+            "zyg.set_compile_notice(0) silences this", fname, where, time.perf_counter() - t0)
+
+    timer = threading.Timer(delay, notice)
+    timer.daemon = True
+    _NOTICE_DEPTH.n = depth + 1
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        _NOTICE_DEPTH.n = depth
 
 
 def compile_for_types(dispatcher, sig: tuple) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 from . import dicts as _dicts, safety
 from .caches import on_invalidate
 from . import backends
-from .compile import LOAD_LOCK, compile_error, compile_for_types
+from .compile import LOAD_LOCK, compile_error, compile_for_types, compile_notice
 from .entry import adapt
 from .errors import TypeMismatch
 from .numerics import DEFERRED as _DEFERRED, ZeroCotangentRetry, raise_deferred as _raise_deferred
@@ -628,7 +628,8 @@ class _FirstCall:
         import numba
         import numba.core.errors as nerr
         try:
-            compile_for_types(self.fn, tuple(numba.typeof(a) for a in args))
+            with compile_notice(self.fname, self.locs):
+                compile_for_types(self.fn, tuple(numba.typeof(a) for a in args))
         except nerr.NumbaError as e:
             raise compile_error(e, self.path, self.locs, self.fname) from None
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as e:
