@@ -12,7 +12,8 @@ read it), and steps run against that module in order:
 * ``("define", code)``: the same, from a new file (a notebook cell redefining a helper: a new
   function object bound to the same global name, whose source zyg can read);
 * ``("call", fn_expr, fresh)``: evaluate ``fn_expr`` in the module and check zyg's gradient
-  of it at the example's arguments, on the python and the cpu targets: against central
+  of it at the example's arguments, on the python target and (the first example of a family,
+  then one in ``ZYG_PROPERTY_CPU_EVERY``, 2 by default) the cpu target: against central
   finite differences of the plain Python call at that moment (Python semantics: closures
   and globals are read at call time, a redefined helper is used from the next call on),
   the value against the plain call, the two targets against each other (same numbers to
@@ -47,10 +48,11 @@ from test_property import UNARY, BINARY
 import oracles
 
 _EXAMPLES = int(os.environ.get("ZYG_PROPERTY_EXAMPLES", "0"))
-# every generated program runs on both targets, which are compared (issue 12, acceptance
-# 4).  The cpu target costs a numba compile per call (about a second): for a long local
-# run of python-only checks, ZYG_PROPERTY_CPU_EVERY=k runs cpu in about one example of k.
-CPU_EVERY = int(os.environ.get("ZYG_PROPERTY_CPU_EVERY", "1"))
+# generated programs run on both targets, which are compared (issue 12, acceptance 4): the
+# first of each family and then one in CPU_EVERY (2 in CI: the cpu target costs a numba
+# compile per call, seconds, the suite's time).  ZYG_PROPERTY_CPU_EVERY=1 runs every example
+# on cpu too; scripts/long_property_run.py runs long.
+CPU_EVERY = int(os.environ.get("ZYG_PROPERTY_CPU_EVERY", "2"))
 
 
 def _settings(ci_examples: int):
@@ -321,12 +323,17 @@ def run(sc: Scenario):
 
 
 @st.composite
-def with_targets(draw, scenarios):
-    """A scenario that runs on the cpu target too (in about one example of CPU_EVERY when
-    that is above 1; the draw shrinks towards the cpu target)."""
+def with_targets(draw, scenarios, family):
+    """A scenario that runs on the cpu target too: the first of each family, then about one
+    example of CPU_EVERY (the draw shrinks towards the cpu target)."""
     sc = draw(scenarios)
-    sc.targets = TARGETS if draw(st.integers(0, CPU_EVERY - 1)) == 0 else ("python",)
+    first = family not in _CPU_FAMILIES
+    _CPU_FAMILIES.add(family)
+    sc.targets = TARGETS if first or draw(st.integers(0, CPU_EVERY - 1)) == 0 else ("python",)
     return sc
+
+
+_CPU_FAMILIES: set = set()
 
 
 def std_args(d):
@@ -380,7 +387,7 @@ def closures(draw):
 
 
 @_settings(15)
-@given(with_targets(closures()))
+@given(with_targets(closures(), "closures"))
 def test_closures(sc):
     run(sc)
 
@@ -411,7 +418,7 @@ def lambdas(draw):
 
 
 @_settings(15)
-@given(with_targets(lambdas()))
+@given(with_targets(lambdas(), "lambdas"))
 def test_lambdas(sc):
     run(sc)
 
@@ -450,7 +457,7 @@ def module_globals(draw):
 
 
 @_settings(15)
-@given(with_targets(module_globals()))
+@given(with_targets(module_globals(), "module_globals"))
 def test_module_globals(sc):
     run(sc)
 
@@ -477,7 +484,7 @@ def redefined(draw):
 
 
 @_settings(15)
-@given(with_targets(redefined()))
+@given(with_targets(redefined(), "redefined"))
 def test_redefined_helpers(sc):
     run(sc)
 
@@ -531,7 +538,7 @@ def views(draw):
 
 
 @_settings(15)
-@given(with_targets(views()))
+@given(with_targets(views(), "views"))
 def test_views_in_loops(sc):
     run(sc)
 
@@ -559,7 +566,7 @@ def late_active(draw):
 
 
 @_settings(15)
-@given(with_targets(late_active()))
+@given(with_targets(late_active(), "late_active"))
 def test_late_active_locals(sc):
     run(sc)
 
@@ -591,7 +598,7 @@ def loop_exits(draw):
 
 
 @_settings(15)
-@given(with_targets(loop_exits()))
+@given(with_targets(loop_exits(), "loop_exits"))
 def test_loop_exits(sc):
     run(sc)
 
@@ -645,7 +652,7 @@ def recursion_in_loops(draw):
 
 
 @_settings(15)
-@given(with_targets(recursion_in_loops()))
+@given(with_targets(recursion_in_loops(), "recursion_in_loops"))
 def test_recursion_in_loops(sc):
     run(sc)
 
@@ -669,7 +676,7 @@ def reads_before_writes(draw):
 
 
 @_settings(15)
-@given(with_targets(reads_before_writes()))
+@given(with_targets(reads_before_writes(), "reads_before_writes"))
 def test_reads_before_writes(sc):
     run(sc)
 
@@ -706,7 +713,7 @@ def checkpoints(draw):
 
 
 @_settings(15)
-@given(with_targets(checkpoints()))
+@given(with_targets(checkpoints(), "checkpoints"))
 def test_checkpoint_mutating_blocks(sc):
     run(sc)
 
@@ -737,7 +744,7 @@ def aliased(draw):
 
 
 @_settings(15)
-@given(with_targets(aliased()))
+@given(with_targets(aliased(), "aliased"))
 def test_aliased_arguments(sc):
     run(sc)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+import numpy as np
 from typing import Any, Callable, Dict, List, Tuple
 
 from .. import numerics
@@ -96,6 +97,11 @@ class Backend:
         if got is None:
             got = self._helpers.setdefault(k, self.jit(fn))
         return got
+
+    def where(self) -> Callable:
+        """What generated code calls for ``np.where`` (the name ``_zyg_where`` of the rules'
+        adjoints, and ``np.where`` in user code): numpy's own here."""
+        return np.where
 
     def vectorize(self, kernel: Callable, python: Callable) -> Callable:
         """An elementwise function (a ufunc where compiled) from the scalar ``kernel``;

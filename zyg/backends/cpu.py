@@ -17,6 +17,61 @@ from .. import numerics
 from .base import Backend
 
 
+def _select(c, a, b):
+    return a if c else b
+
+
+_WHERE: list = []
+
+
+def where(condition, x=None, y=None):
+    """``np.where`` as code compiled for cpu calls it (the Python form: numpy's)."""
+    if x is None and y is None:
+        return np.where(condition)
+    return np.where(condition, x, y)
+
+
+def fast_where() -> Callable:
+    """:func:`where`, with a numba implementation that is ``np.where`` itself except where
+    an operand is an array of one or more dimensions: there it is an elementwise select (a
+    numba ufunc, ``a if c else b``: the same values, dtype and broadcasting).  numba's own
+    ``np.where`` on arrays compiles a broadcasting kernel per argument types that takes
+    ~1-4 s each; the adjoints of ``np.maximum``, ``abs``, ``np.where`` ... use it often
+    (issue 24: compile time)."""
+    if _WHERE:
+        return _WHERE[0]
+    import numba
+    from numba.core import types as nt
+    from numba.extending import overload
+    sel = numba.vectorize(nopython=True)(_select)
+
+    def absent(t):
+        return t is None or isinstance(t, (nt.NoneType, nt.Omitted))
+
+    @overload(where, jit_options=numerics.numba_options())
+    def _where_impl(condition, x=None, y=None):
+        if absent(x) and absent(y):
+            def one(condition, x=None, y=None):
+                return np.where(condition)
+            return one
+        if any(isinstance(t, nt.Array) and t.ndim > 0 for t in (condition, x, y)):
+            def elementwise(condition, x=None, y=None):
+                return sel(condition, x, y)
+            return elementwise
+
+        def scalars(condition, x=None, y=None):
+            return np.where(condition, x, y)
+        return scalars
+
+    _WHERE.append(where)
+    return where
+
+
+def is_where(fn: Any) -> bool:
+    """Is ``fn`` the cpu target's ``np.where`` (met when zyg differentiates code it generated)?"""
+    return fn is where
+
+
 def _plain_function(obj: Any) -> bool:
     """A Python function numba does not implement itself (not one of numpy's)."""
     return isinstance(obj, types.FunctionType) and not \
@@ -81,13 +136,16 @@ class CpuBackend(Backend):
         import numba
         return numba.vectorize(nopython=True)(kernel)
 
+    def where(self) -> Callable:
+        return fast_where()
+
     def _substitutes(self) -> Dict[int, Any]:
         """id of a function numba lacks -> what generated code calls instead (compiled with
         the options in force)."""
         got = self._subst.get(self.tag())
         if got is None:
             # math functions numba's nopython mode lacks, and their numpy equivalents
-            got = {id(math.cbrt): np.cbrt, id(math.fmod): np.fmod}
+            got = {id(math.cbrt): np.cbrt, id(math.fmod): np.fmod, id(np.where): fast_where()}
             from ..rules import special        # scipy.special: numba-compilable versions
             got.update({id(fn): impl for fn, impl in special.numba_substitutes().items()})
             self._subst[self.tag()] = got

@@ -71,25 +71,25 @@ ARRAY_RULES: Dict[Any, ARule] = {}
 
 # --- elementwise -------------------------------------------------------------------------
 _UNARY_ARRAY = {
-    "fabs": "np.where(x >= 0, 1.0, -1.0)", "absolute": "np.where(x >= 0, 1.0, -1.0)",
-    "sinc": "np.where(x != 0, (np.cos(np.pi * x) - y) / np.where(x != 0, x, 1.0), 0.0)",
+    "fabs": "_zyg_where(x >= 0, 1.0, -1.0)", "absolute": "_zyg_where(x >= 0, 1.0, -1.0)",
+    "sinc": "_zyg_where(x != 0, (np.cos(np.pi * x) - y) / _zyg_where(x != 0, x, 1.0), 0.0)",
 }
-_TIE_MAX = ("np.where(a > b, 1.0, np.where(a == b, 0.5, 0.0))",
-            "np.where(b > a, 1.0, np.where(a == b, 0.5, 0.0))")
-_TIE_MIN = ("np.where(a < b, 1.0, np.where(a == b, 0.5, 0.0))",
-            "np.where(b < a, 1.0, np.where(a == b, 0.5, 0.0))")
-_POW = (scalar.POW_DA, "np.where(a > 0, y * np.log(np.where(a > 0, a, 1.0)), 0.0)")
+_TIE_MAX = ("_zyg_where(a > b, 1.0, _zyg_where(a == b, 0.5, 0.0))",
+            "_zyg_where(b > a, 1.0, _zyg_where(a == b, 0.5, 0.0))")
+_TIE_MIN = ("_zyg_where(a < b, 1.0, _zyg_where(a == b, 0.5, 0.0))",
+            "_zyg_where(b < a, 1.0, _zyg_where(a == b, 0.5, 0.0))")
+_POW = (scalar.POW_DA, "_zyg_where(a > 0, y * np.log(_zyg_where(a > 0, a, 1.0)), 0.0)")
 _BINARY_ARRAY = {
     "power": _POW, "maximum": _TIE_MAX, "fmax": _TIE_MAX, "minimum": _TIE_MIN, "fmin": _TIE_MIN,
-    "copysign": ("np.where((a >= 0) == (b >= 0), 1.0, -1.0)", None),
+    "copysign": ("_zyg_where((a >= 0) == (b >= 0), 1.0, -1.0)", None),
     "fmod": ("1.0", "-np.trunc(a / b)"),
 }
 
 
 # complex operands: the same derivative, conjugated (dz += conj(f'(z)) * dy), for the
 # holomorphic entries of the scalar table; abs has its own form; other rules raise
-_ABS_COMPLEX = "np.where(y != 0, x / np.where(y != 0, y, 1.0), 0j)"
-_POW_COMPLEX = (scalar.POW_DA, "np.where(a != 0, y * np.log(np.where(a != 0, a, 1.0) + 0j), 0j)")
+_ABS_COMPLEX = "_zyg_where(y != 0, x / _zyg_where(y != 0, y, 1.0), 0j)"
+_POW_COMPLEX = (scalar.POW_DA, "_zyg_where(a != 0, y * np.log(_zyg_where(a != 0, a, 1.0) + 0j), 0j)")
 
 
 def _no_complex(name: str) -> "_RuleError":
@@ -210,7 +210,7 @@ for _op, _ab, _c in [(operator.add, ("1.0", "1.0"), True), (np.add, ("1.0", "1.0
                                name=getattr(_op, "__name__", "operator"))
 ARRAY_RULES[operator.neg] = ARule(lambda c, i: f"-{c.dy}")
 ARRAY_RULES[operator.pos] = ARule(lambda c, i: c.dy)
-ARRAY_RULES[builtins.abs] = _unary("np.where(x >= 0, 1.0, -1.0)", _ABS_COMPLEX, "abs", conj=False)
+ARRAY_RULES[builtins.abs] = _unary("_zyg_where(x >= 0, 1.0, -1.0)", _ABS_COMPLEX, "abs", conj=False)
 # complex parts: the cotangent of z is dL/dRe z + i dL/dIm z
 ARRAY_RULES[np.conjugate] = ARule(lambda c, i: f"np.conj({c.dy})")
 ARRAY_RULES[np.real] = ARule(lambda c, i: c.dy)
@@ -395,8 +395,8 @@ def _where(c: Ctx, i: int) -> Optional[str]:
     if i == 0:
         return None
     if i == 1:
-        return f"np.where({c.x[0]}, {c.dy}, 0.0)"
-    return f"np.where({c.x[0]}, 0.0, {c.dy})"
+        return f"_zyg_where({c.x[0]}, {c.dy}, 0.0)"
+    return f"_zyg_where({c.x[0]}, 0.0, {c.dy})"
 
 
 ARRAY_RULES[np.where] = ARule(_where, broadcast=True)
@@ -424,7 +424,7 @@ def _clip(c: Ctx, i: int) -> Optional[str]:
     cond = " & ".join(conds[i])
     if not cond:
         return f"{dy} + 0.0 * {x}"
-    return f"np.where({cond}, {dy}, 0.0 * {dy})"
+    return f"_zyg_where({cond}, {dy}, 0.0 * {dy})"
 
 
 ARRAY_RULES[np.clip] = ARule(_clip, broadcast=True)
@@ -690,6 +690,7 @@ def base_helpers(backend: Any) -> Dict[str, Any]:
                 jit[k] = njit(v)
         out = jit
     out["_zyg_mulnz"] = mulnz_for(backend)
+    out["_zyg_where"] = backend.where()      # np.where, compiled the target's way
     _HELPERS[key] = out
     return out
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..backends.cpu import is_where
 from ..ssa import hooks
 from ..ssa.ir import Const
 from ..ssa.prims import ArrayOf, Stacked
@@ -26,6 +27,8 @@ def rule_for(fn: Any) -> Optional[ARule]:
         return ARule(_array_of)
     if is_mulnz(fn):
         return _MULNZ_RULE
+    if is_where(fn):
+        fn = np.where
     if getattr(fn, "py_func", fn) is hooks.PRIMS.get("reduce_like"):
         return _REDUCE_LIKE_RULE
     if fn is np.ascontiguousarray:

@@ -140,10 +140,10 @@ def _moments(c: Ctx, fname: str, nan: bool):
     ddof = _param(c, 4, "ddof", 0)
     x = c.x[0]
     if nan:
-        mask = f"np.where(np.isnan({x}), 0.0, 1.0)"
+        mask = f"_zyg_where(np.isnan({x}), 0.0, 1.0)"
         cnt = _S(mask, ax)
-        mean = f"({_S(f'np.where(np.isnan({x}), 0.0, {x})', ax)} / {cnt})"
-        cen = f"({mask} * (np.where(np.isnan({x}), 0.0, {x}) - {_E(mean, ax)}))"
+        mean = f"({_S(f'_zyg_where(np.isnan({x}), 0.0, {x})', ax)} / {cnt})"
+        cen = f"({mask} * (_zyg_where(np.isnan({x}), 0.0, {x}) - {_E(mean, ax)}))"
         div = f"({cnt} - {ddof})"
     else:
         mean = f"({_S(x, ax)} / {_n(x, ax)})"
@@ -163,7 +163,7 @@ def _var_rule(nan: bool, std: bool, fname: str) -> ARule:
         if ax is None:
             ys = f"({c.y} if {c.y} != 0 else 1.0)"
         else:
-            ys = f"np.where({c.y} != 0, {c.y}, 1.0)"
+            ys = f"_zyg_where({c.y} != 0, {c.y}, 1.0)"
         return f"{_E(f'({c.dy} / ({div} * {ys}))', ax)} * {cen}"
     return ARule(back, kw_ok=("axis", "ddof"))
 
@@ -174,8 +174,8 @@ def _var_primal(fn: Any, x: str, nd: int, kw: Dict[str, Any]) -> str:
     ax = None if nd == 1 else ax
     ddof = kw.get("ddof", 0)
     if nan:
-        mask = f"np.where(np.isnan({x}), 0.0, 1.0)"
-        xz = f"np.where(np.isnan({x}), 0.0, {x})"
+        mask = f"_zyg_where(np.isnan({x}), 0.0, 1.0)"
+        xz = f"_zyg_where(np.isnan({x}), 0.0, {x})"
         cnt = _S(mask, ax)
         mean = f"({_S(xz, ax)} / {cnt})"
         var = f"({_S(f'({mask} * ({xz} - {_E(mean, ax)})) ** 2', ax)} / ({cnt} - {ddof}))"
@@ -196,7 +196,7 @@ def _nansum(c: Ctx, i: int) -> Optional[str]:
         return None
     _real_only(c, "np.nansum")
     ax = _red_axis(c, "np.nansum")
-    return f"np.where(np.isnan({c.x[0]}), 0.0, 1.0) * {_E(c.dy, ax)}"
+    return f"_zyg_where(np.isnan({c.x[0]}), 0.0, 1.0) * {_E(c.dy, ax)}"
 
 
 def _nanmean(c: Ctx, i: int) -> Optional[str]:
@@ -204,7 +204,7 @@ def _nanmean(c: Ctx, i: int) -> Optional[str]:
         return None
     _real_only(c, "np.nanmean")
     ax = _red_axis(c, "np.nanmean")
-    mask = f"np.where(np.isnan({c.x[0]}), 0.0, 1.0)"
+    mask = f"_zyg_where(np.isnan({c.x[0]}), 0.0, 1.0)"
     return f"{mask} * {_E(f'({c.dy} / {_S(mask, ax)})', ax)}"
 
 
@@ -436,7 +436,7 @@ def _nan_to_num(c: Ctx, i: int) -> Optional[str]:
     """The finite elements pass through; nan and the infinities become constants (the
     replacement values are keywords, which must not depend on the inputs)."""
     _real_only(c, "np.nan_to_num")
-    return f"np.where(np.isfinite({c.x[0]}), {c.dy}, 0.0 * {c.dy})" if i == 0 else None
+    return f"_zyg_where(np.isfinite({c.x[0]}), {c.dy}, 0.0 * {c.dy})" if i == 0 else None
 
 
 EXTRA_RULES[np.nan_to_num] = ARule(_nan_to_num, broadcast=True, kw_ok=("nan", "posinf", "neginf"))
@@ -790,15 +790,15 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
             return f"np.{name}({args[0]})"
         x = args[0]
         if fn is np.nansum:
-            return _S(f"np.where(np.isnan({x}), 0.0, {x})", ax)
+            return _S(f"_zyg_where(np.isnan({x}), 0.0, {x})", ax)
         if fn is np.nanmean:
-            return (f"({_S(f'np.where(np.isnan({x}), 0.0, {x})', ax)} / "
-                    f"{_S(f'np.where(np.isnan({x}), 0.0, 1.0)', ax)})")
+            return (f"({_S(f'_zyg_where(np.isnan({x}), 0.0, {x})', ax)} / "
+                    f"{_S(f'_zyg_where(np.isnan({x}), 0.0, 1.0)', ax)})")
         if nd != 2:
             raise _RuleError(f"np.{name} with an axis is supported on 2-D arrays")
         fill = "-np.inf" if fn is np.nanmax else "np.inf"
         helper = "_zyg_max_axis" if fn is np.nanmax else "_zyg_min_axis"
-        return f"{helper}(np.where(np.isnan({x}), {fill}, {x}), {ax})"
+        return f"{helper}(_zyg_where(np.isnan({x}), {fill}, {x}), {ax})"
     if fn is np.cumprod:
         ax = _norm_axis(kw.get("axis"), nd, "np.cumprod")
         if ax is None or nd == 1:

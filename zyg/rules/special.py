@@ -357,7 +357,7 @@ def primal_call(fn: Any, args, kinds, kwargs) -> Any:
         return f"{ELEMENTWISE[fn][0]}({args[0]})"
     if fn is sc.xlogy and len(args) == 2 and not kwargs:
         a, b = args
-        return f"np.where({a} == 0, 0.0 * {b}, {a} * np.log({b}))"
+        return f"_zyg_where({a} == 0, 0.0 * {b}, {a} * np.log({b}))"
     if fn is sc.logsumexp:
         if len(args) != 1 or set(kwargs) - {"axis"}:
             raise _RuleError("is supported as logsumexp(a) and logsumexp(a, axis=k)")
