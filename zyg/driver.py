@@ -268,7 +268,7 @@ class _Specializer:
             else:
                 fn = _fast(_checked(fn, path, locs, ir.name), args)
             if stacks and backend.compiled:
-                _checked(fn.compiled, path, locs, ir.name).compile_for(
+                fn.compiled = _checked(fn.compiled, path, locs, ir.name).compile_for(
                     tuple(args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
             return fn, diffable, retry
 
@@ -627,19 +627,43 @@ class _FirstCall:
     def compile_for(self, args) -> Callable:
         import numba
         import numba.core.errors as nerr
+        sig = tuple(numba.typeof(a) for a in args)
         try:
-            with compile_notice(self.fname, self.locs):
-                compile_for_types(self.fn, tuple(numba.typeof(a) for a in args))
+            try:
+                with compile_notice(self.fname, self.locs):
+                    compile_for_types(self.fn, sig)
+            except NotImplementedError as e:
+                if "layout 'A'" not in str(e):
+                    raise
+                # numba's type inference can give a loop's array expression (``v = B * B``)
+                # the layout 'A' when a variable it reads joins C and F arrays (its type
+                # grows C, then A, across the fixpoint), and then cannot allocate its
+                # result.  Without numba's rewrite passes the expression is not fused:
+                # compiled again that way (slower elementwise chains, same values)
+                self.fn = _without_rewrites(self.fn)
+                compile_for_types(self.fn, sig)
         except nerr.NumbaError as e:
             raise compile_error(e, self.path, self.locs, self.fname) from None
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as e:
-            # an internal numba failure while typing the generated code: still a zyg error
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError,
+                NotImplementedError) as e:
+            # an internal numba failure while typing or lowering the generated code: still a
+            # zyg error
             raise compile_error(e, self.path, self.locs, self.fname) from e
         return self.fn
 
     def __call__(self, *args):
         self.compile_for(args)
         return self.fn(*args)
+
+
+def _without_rewrites(disp):
+    """A dispatcher of ``disp``'s Python function with its options, numba's rewrite passes
+    off (and its disk cache, if it had one)."""
+    import numba
+    opts = dict(disp.targetoptions)
+    opts.pop("nopython", None)
+    return numba.njit(cache=getattr(disp, "_cache", None) is not None
+                      and type(disp._cache).__name__ != "NullCache", no_rewrites=True, **opts)(disp.py_func)
 
 
 def _fast(entry: Callable, args) -> Callable:
