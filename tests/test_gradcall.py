@@ -8,6 +8,7 @@ differences of the loss evaluated in plain Python (calling ``g`` and ``zyg.grad(
 on both targets.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -226,7 +227,12 @@ def test_forward_mode_of_a_loss_calling_grad(target):
     check(ty, fd(along, (0.0,), 0), y)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+# the cpu version compiles one generated function of about 1,400 lines: 1-3 minutes of numba,
+# the slowest test of the suite; a long test (ZYG_LONG_TESTS=1), the python version in CI
+_THIRD_ORDER_TARGETS = TARGETS if os.environ.get("ZYG_LONG_TESTS") == "1" else ("python",)
+
+
+@pytest.mark.parametrize("target", _THIRD_ORDER_TARGETS)
 def test_hessian_of_a_loss_calling_grad(target):
     """Third derivatives of g: forward mode over the generated gradient of the loss, which
     calls the generated second-order functions (inlined when lowered again).  On the cpu
