@@ -77,3 +77,9 @@ def test_gradients_through_where_maximum_abs_agree_across_targets(dtype):
         e[i] = h
         fd = (relu_mix(x64 + e, y64) - relu_mix(x64 - e, y64)) / (2 * h)
         assert abs(gc[0][i] - fd) <= 1e-4 * max(1.0, abs(fd))
+
+
+def test_the_rules_read_it_as_np_where():
+    # generated code that holds the cpu target's where and is differentiated again
+    from zyg.rules.dispatch import rule_for
+    assert rule_for(W) is not None and rule_for(W) is rule_for(np.where)

@@ -67,9 +67,8 @@ def fast_where() -> Callable:
     return where
 
 
-def is_where(fn: Any) -> bool:
-    """Is ``fn`` the cpu target's ``np.where`` (met when zyg differentiates code it generated)?"""
-    return fn is where
+# the rules read it as np.where (generated code differentiated again: zyg/rules/dispatch.py)
+where._zyg_where = True
 
 
 def _plain_function(obj: Any) -> bool:
