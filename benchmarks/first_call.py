@@ -106,6 +106,7 @@ def child() -> None:
                                               "on_end": lambda s, e: rec.on_end(e)})()
     for kind in ("numba:compile", "numba:run_pass", "numba:llvm_lock"):
         event.register(kind, listener)
+    # (getattr: the benchmark also measures checkouts older than the notice, for "before")
     getattr(zyg, "set_compile_notice", lambda s: None)(0)
     t1 = time.perf_counter()
     zyg.value_and_grad(case.fn, case.argnums, target="cpu")(*args)

@@ -69,6 +69,10 @@ def test_gradients_through_where_maximum_abs_agree_across_targets(dtype):
     for a, b in zip(gp, gc):
         assert a.dtype == b.dtype == np.dtype(dtype)
         np.testing.assert_allclose(a, b, rtol=tol)
+    # forward mode through the same rules agrees with the gradient (cpu)
+    vx, vy = np.ones_like(x), np.full_like(y, -0.5)
+    _, t = zyg.jvp(relu_mix, (x, y), (vx, vy), target="cpu")
+    assert np.isclose(t, np.dot(gc[0], vx) + np.dot(gc[1], vy), rtol=10 * tol)
     # against central differences in float64
     x64, y64 = x.astype(float), y.astype(float)
     h = 1e-6
