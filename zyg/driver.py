@@ -631,7 +631,16 @@ class _FirstCall:
         try:
             try:
                 with compile_notice(self.fname, self.locs):
-                    compile_for_types(self.fn, sig)
+                    try:
+                        compile_for_types(self.fn, sig)
+                    except nerr.TypingError:
+                        if not _without_ssa(self.fn):
+                            raise
+                        # a module compiled without numba's SSA that numba cannot type that
+                        # way (a placeholder of another dtype than its value): numba's
+                        # default pipeline, for every function of the module
+                        self.fn = _with_numba_ssa(self.fn)
+                        compile_for_types(self.fn, sig)
             except NotImplementedError as e:
                 if "layout 'A'" not in str(e):
                     raise
@@ -656,6 +665,33 @@ class _FirstCall:
         return self.fn(*args)
 
 
+def _without_ssa(disp) -> bool:
+    from .backends.cpu import generated_pipeline
+    return getattr(getattr(disp, "_compiler", None), "pipeline_class", None) is generated_pipeline()
+
+
+def _with_numba_ssa(disp):
+    """``disp`` and the other functions of its generated module compiled without numba's
+    SSA (``backends.cpu.generated_pipeline``) replaced, in the module, by dispatchers with
+    numba's default pipeline; returns ``disp``'s replacement."""
+    import numba
+    glob = disp.py_func.__globals__
+    out = disp
+    for name, v in list(glob.items()):
+        if _without_ssa(v):
+            opts = dict(v.targetoptions)
+            opts.pop("nopython", None)
+            cache = getattr(v, "_cache", None) is not None and type(v._cache).__name__ != "NullCache"
+            glob[name] = numba.njit(cache=cache, **opts)(v.py_func)
+            if v is disp:
+                out = glob[name]
+    if out is disp:
+        opts = dict(disp.targetoptions)
+        opts.pop("nopython", None)
+        out = numba.njit(**opts)(disp.py_func)
+    return out
+
+
 def _without_rewrites(disp):
     """A dispatcher of ``disp``'s Python function with its options, numba's rewrite passes
     off (and its disk cache, if it had one)."""
@@ -663,7 +699,8 @@ def _without_rewrites(disp):
     opts = dict(disp.targetoptions)
     opts.pop("nopython", None)
     return numba.njit(cache=getattr(disp, "_cache", None) is not None
-                      and type(disp._cache).__name__ != "NullCache", no_rewrites=True, **opts)(disp.py_func)
+                      and type(disp._cache).__name__ != "NullCache", no_rewrites=True,
+                      pipeline_class=disp._compiler.pipeline_class, **opts)(disp.py_func)
 
 
 def _fast(entry: Callable, args) -> Callable:

@@ -158,7 +158,7 @@ class Backend:
             cache = not any(getattr(v, "_zyg_uncacheable", False) for v in ns.values())
             out = []
             for n in names:
-                f = self.finish(glob[n], cache)
+                f = self.finish(glob[n], cache, code)
                 glob[n] = f
                 out.append(f)
         locs = {k + 3: v for k, v in code.locs.items()}   # +3 for the header lines
@@ -167,7 +167,7 @@ class Backend:
     def exec_module(self, text: str, path: str, ns: Dict[str, Any], glob: Dict[str, Any]) -> None:
         self.exec_source(text, path, glob)
 
-    def finish(self, f: Callable, cache: bool) -> Callable:
-        """A function of a loaded module as it is called (compiled where the target
-        compiles)."""
+    def finish(self, f: Callable, cache: bool, code=None) -> Callable:
+        """A function of a loaded module (generated as ``code``) as it is called (compiled
+        where the target compiles)."""
         return f

@@ -105,6 +105,37 @@ def _plain_callees(fn: Any) -> Dict[str, Any]:
             and not _numba_types(glob[n])}
 
 
+_PIPELINE = None
+
+
+def generated_pipeline():
+    """numba's compiler without its SSA reconstruction and rewrite passes, for generated
+    modules with a dispatch loop.
+
+    A dispatch loop assigns a value (a block parameter, a placeholder) in several cases;
+    numba's SSA pass renames each definition and joins the versions at the loop header with
+    a copy in every case that jumps back to it, each array copy with its reference counting:
+    quadratic in the size of the function (forward mode over a 5-line gradient: 12 MB of
+    LLVM IR, 25 s of LLVM's SROA, 52 s for its Hessian).  Without it numba keeps one variable
+    per name and types it by unifying its definitions, as numba did before 0.50.  numba's
+    rewrite passes (array-expression fusion among them) assume SSA names: with several
+    definitions of a name in a block they fused the wrong one (a wrong gradient in
+    ``tests/test_layout_join.py``), so they are off too.  Where numba cannot type the code
+    this way (placeholders of another dtype than the value), the driver compiles it again
+    with numba's default pipeline (``driver._with_numba_ssa``)."""
+    global _PIPELINE
+    if _PIPELINE is None:
+        from numba.core.compiler import Compiler
+
+        class ZygGeneratedCode(Compiler):
+            def define_pipelines(self):
+                self.state.flags.enable_ssa = False
+                self.state.flags.no_rewrites = True
+                return super().define_pipelines()
+        _PIPELINE = ZygGeneratedCode
+    return _PIPELINE
+
+
 class CpuBackend(Backend):
     name = "cpu"
     compiled = True
@@ -213,5 +244,9 @@ class CpuBackend(Backend):
         decl = ", ".join(f"{n}={t!r}" for n, t in outs)
         return [f"with numba.objmode({decl}):", "    " + stmt]
 
-    def finish(self, f: Callable, cache: bool) -> Callable:
-        return f if hasattr(f, "py_func") else self.jit(f, cache=cache)
+    def finish(self, f: Callable, cache: bool, code=None) -> Callable:
+        if hasattr(f, "py_func"):
+            return f
+        if code is not None and code.has_dispatch_loop():
+            return self.jit(f, cache=cache, pipeline_class=generated_pipeline())
+        return self.jit(f, cache=cache)

@@ -241,6 +241,6 @@ class CudaBackend(Backend):
             ns["min"] = self.helper(_min2)
         return super().load(code, ns, names, stem)
 
-    def finish(self, f: Callable, cache: bool) -> Callable:
+    def finish(self, f: Callable, cache: bool, code=None) -> Callable:
         # the device function is compiled where it is called (zyg/cuda.py)
         return f

@@ -333,6 +333,10 @@ class Code:
         if loc is not None:
             self.locs[len(self.body)] = loc
 
+    def has_dispatch_loop(self) -> bool:
+        """Does the code hold a dispatch loop (``while _blk >= 0:``)?"""
+        return any(isinstance(n, While) and n.cond == "_blk >= 0" for _, n in self.body)
+
     def extend(self, other: "Code") -> None:
         base = len(self.body)
         self.body += other.body
