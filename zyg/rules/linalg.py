@@ -554,14 +554,14 @@ def _cho_factor(c, e, k, i):
     if k != 0 or i != 0:
         return None
     lower = bool(_opt(c, "lower", 1, False))
-    return f"_zyg_cho_factor_back({e[0]}, {c.dy}, {lower})"
+    return f"_zyg_cho_factor_back({e[0]}, {c.dy}, {lower}, {cho_factor_keeps()})"
 
 
 def _cho_factor_fwd(c, e, k, i):
     if k != 0 or i != 0:
         return "0.0"         # the flag lower; only the matrix has a tangent
     lower = bool(_opt(c, "lower", 1, False))
-    return f"_zyg_cho_factor_fwd({e[0]}, {c.dy}, {lower})"
+    return f"_zyg_cho_factor_fwd({e[0]}, {c.dy}, {lower}, {cho_factor_keeps()})"
 
 
 TUPLE_RULES[np.linalg.slogdet] = TupleRule(_slogdet, _slogdet_fwd)
@@ -838,7 +838,7 @@ def primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[str, An
         lower = kwargs["lower"][1] if "lower" in kwargs else (_eval_const(args[1]) if len(args) > 1 else False)
         if lower is _NOCONST:
             raise _RuleError("cho_factor's lower must be a constant")
-        return f"_zyg_cho_factor({args[0]}, {bool(lower)})"
+        return f"_zyg_cho_factor({args[0]}, {bool(lower)}, {cho_factor_keeps()})"
     if fn is cho_solve_parts:
         return f"_zyg_cho_solve({args[0]}, {args[1]}, {args[2]})"
     if _sla is not None and fn is _sla.cho_solve:
@@ -1205,12 +1205,28 @@ def lstsq_fwd(A, b, x, dA, db):
     return np.linalg.solve(At @ A, rhs)
 
 
-def cho_factor_loops(a, lower):
-    """scipy.linalg.cho_factor(a, lower): the factor in one triangle, a's other entries kept."""
+_CHO_KEEPS = []
+
+
+def cho_factor_keeps() -> bool:
+    """Does the installed scipy's ``cho_factor`` keep ``a``'s entries in the triangle it does
+    not write?  scipy <= 1.17 keeps them; 1.18 writes zeros there.  zyg computes the value
+    and the derivatives of what the installed scipy returns: the generated code passes the
+    answer as a literal, so a module generated for one scipy is not reused with another
+    (its text, hence its cache key, differs)."""
+    if not _CHO_KEEPS:
+        a = np.array([[4.0, 1.0], [1.0, 3.0]])
+        _CHO_KEEPS.append(bool(_sla.cho_factor(a, lower=False)[0][1, 0] != 0.0))
+    return _CHO_KEEPS[0]
+
+
+def cho_factor_loops(a, lower, keeps):
+    """scipy.linalg.cho_factor(a, lower): the factor in one triangle; a's other entries
+    where the installed scipy keeps them (``keeps``), else zeros."""
     n = a.shape[0]
     S = sym_from_triangle(np.ascontiguousarray(a), lower)
     L = np.linalg.cholesky(S)
-    c = a.copy()
+    c = a.copy() if keeps else np.zeros_like(a)
     for i in range(n):
         for j in range(n):
             if i >= j:
@@ -1221,14 +1237,14 @@ def cho_factor_loops(a, lower):
     return c, lower
 
 
-def cho_factor_py(a, lower):
+def cho_factor_py(a, lower, keeps):
     c, low = _sla.cho_factor(a, lower=lower)
     return c, bool(low)
 
 
-def cho_factor_back(c, dc, lower):
+def cho_factor_back(c, dc, lower, keeps):
     """dA of (c, lower) = cho_factor(A): the factor's rule on the triangle read, and the
-    identity on the entries of A that c keeps."""
+    identity on the entries of A that c keeps (none where scipy writes zeros there)."""
     n = c.shape[0]
     L = np.tril(c) if lower else np.ascontiguousarray(np.triu(c).T)
     dL = np.tril(dc) if lower else np.ascontiguousarray(np.triu(dc).T)
@@ -1237,18 +1253,18 @@ def cho_factor_back(c, dc, lower):
         g = np.ascontiguousarray(g.T)
     for i in range(n):
         for j in range(n):
-            if i != j and (i < j) == lower:
+            if keeps and i != j and (i < j) == lower:
                 g[i, j] += dc[i, j]
     return g
 
 
-def cho_factor_fwd(c, dA, lower):
+def cho_factor_fwd(c, dA, lower, keeps):
     """The tangent of c in (c, lower) = cho_factor(A): the factor's tangent (from the
     triangle of dA that is read) in its triangle, dA itself on the entries c keeps from A."""
     n = c.shape[0]
     L = np.tril(c) if lower else np.ascontiguousarray(np.triu(c).T)
     dL = chol_fwd(L, sym_from_triangle(np.ascontiguousarray(dA), lower))
-    out = np.ascontiguousarray(dA).copy()
+    out = np.ascontiguousarray(dA).copy() if keeps else np.zeros_like(dA)
     for i in range(n):
         for j in range(n):
             if i >= j:
