@@ -378,18 +378,24 @@ def test_recursive_fft_of_a_complex_array(target):
     assert recursion.CURRENT.get() is None
 
 
-# CPython 3.12 counts calls through C (numba's object mode, which a recursive call's pullback
-# goes through) against a fixed C recursion limit that sys.setrecursionlimit does not raise:
-# a few hundred levels of a differentiated recursion there (docs/api.md, "Requirements")
-C_RECURSION_CAPPED = sys.version_info[:2] == (3, 12)
+# CPython 3.12 and 3.13 count calls through C (numba's object mode, which a recursive call's
+# pullback goes through) against a fixed C recursion limit that sys.setrecursionlimit does
+# not raise: a few hundred levels of a differentiated recursion on 3.12, about a thousand on
+# 3.13's cpu target (docs/api.md, "Requirements")
+C_RECURSION_CAPPED = sys.version_info >= (3, 12)
 
 
 def test_deep_recursion():
     # 2000 levels: more than Python's default recursion limit allows frames for
     for target in TARGETS:
         if C_RECURSION_CAPPED:
-            with pytest.raises(RecursionError):
-                zyg.grad(power, target=target)(1.0001, 2000)
+            # the right value or RecursionError, never another value
+            try:
+                g = zyg.grad(power, target=target)(1.0001, 2000)
+            except RecursionError:
+                pass
+            else:
+                assert g == pytest.approx(2000 * 1.0001 ** 1999, rel=1e-12)
             assert zyg.grad(power, target=target)(1.0001, 200) == pytest.approx(
                 200 * 1.0001 ** 199, rel=1e-12)
             continue

@@ -147,9 +147,9 @@ def test_recursion_in_a_thread_with_a_larger_stack(target):
         t.join()
     finally:
         threading.stack_size(old)
-    if sys.version_info[:2] == (3, 12):
-        # CPython 3.12's fixed C recursion limit (see tests/test_calls.py), whatever the stack
-        assert isinstance(out[0], RecursionError)
+    if sys.version_info >= (3, 12) and isinstance(out[0], RecursionError):
+        # CPython 3.12/3.13's fixed C recursion limit (see tests/test_calls.py), whatever the
+        # stack: an error, never another value
         return
     assert out[0] == pytest.approx(2500 * 1.0001 ** 2499, rel=1e-12)
 
