@@ -670,37 +670,34 @@ def _without_ssa(disp) -> bool:
     return getattr(getattr(disp, "_compiler", None), "pipeline_class", None) is generated_pipeline()
 
 
+def _rejit(disp, **extra):
+    """A new dispatcher of ``disp``'s Python function with its options (and its disk cache,
+    if it had one), plus ``extra``."""
+    import numba
+    opts = dict(disp.targetoptions)
+    opts.pop("nopython", None)
+    cache = getattr(disp, "_cache", None) is not None and type(disp._cache).__name__ != "NullCache"
+    return numba.njit(cache=cache, **opts, **extra)(disp.py_func)
+
+
 def _with_numba_ssa(disp):
     """``disp`` and the other functions of its generated module compiled without numba's
     SSA (``backends.cpu.generated_pipeline``) replaced, in the module, by dispatchers with
     numba's default pipeline; returns ``disp``'s replacement."""
-    import numba
     glob = disp.py_func.__globals__
     out = disp
     for name, v in list(glob.items()):
         if _without_ssa(v):
-            opts = dict(v.targetoptions)
-            opts.pop("nopython", None)
-            cache = getattr(v, "_cache", None) is not None and type(v._cache).__name__ != "NullCache"
-            glob[name] = numba.njit(cache=cache, **opts)(v.py_func)
+            glob[name] = _rejit(v)
             if v is disp:
                 out = glob[name]
-    if out is disp:
-        opts = dict(disp.targetoptions)
-        opts.pop("nopython", None)
-        out = numba.njit(**opts)(disp.py_func)
-    return out
+    return _rejit(disp) if out is disp else out
 
 
 def _without_rewrites(disp):
     """A dispatcher of ``disp``'s Python function with its options, numba's rewrite passes
     off (and its disk cache, if it had one)."""
-    import numba
-    opts = dict(disp.targetoptions)
-    opts.pop("nopython", None)
-    return numba.njit(cache=getattr(disp, "_cache", None) is not None
-                      and type(disp._cache).__name__ != "NullCache", no_rewrites=True,
-                      pipeline_class=disp._compiler.pipeline_class, **opts)(disp.py_func)
+    return _rejit(disp, no_rewrites=True, pipeline_class=disp._compiler.pipeline_class)
 
 
 def _fast(entry: Callable, args) -> Callable:
