@@ -238,6 +238,9 @@ class _Specializer:
     def _build_grad(self, ir: Function, kinds: List[str]) -> Callable:
         wrt, single = _normalise_argnums(self.argnums, ir.nargs)
         value = self.mode == "value_and_grad"
+        # grad runs the value-and-gradient code and drops the value: the generated module is
+        # the same text for both, so zyg.grad(f) and zyg.value_and_grad(f) compile it once
+        # (the value costs nothing: the primal computes it anyway)
         p = plan(ir, kinds, wrt, self.backend)
         if p.ret_kind == "complex":
             raise TypeMismatch(f"{ir.name} ({ir.filename}:{ir.firstlineno}) returns a complex number; grad "
@@ -251,7 +254,7 @@ class _Specializer:
                                "value_and_grad need a scalar output",
                                hint="reduce it (np.sum, a loss), or use zyg.pullback(f, x) and pass an "
                                     "array dy to back")
-        fname = f"{self.name}_{'vg' if value else 'grad'}"
+        fname = f"{self.name}_vg"
         if p.flat is not None:
             self._args = tuple(_flatten_args(self._args, p.flat.param_trees))
         self._refuse_unwritable(p, ir)
@@ -259,12 +262,12 @@ class _Specializer:
 
         def make(zero_guards: bool, args):
             name = fname if not zero_guards else fname + "_z"
-            _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, value=value,
+            _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, value=True,
                                                                      zero_guards=zero_guards)
             loaded, path, locs = backend.load(code, ns.ns, parts + [name], name)
             fn = loaded[-1]
             if stacks:
-                fn = _pooled(fn, stacks, value)
+                fn = _pooled(fn, stacks, True)
             else:
                 fn = _fast(_checked(fn, path, locs, ir.name), args)
             if stacks and backend.compiled:
@@ -280,6 +283,8 @@ class _Specializer:
         if retry:
             fn = _with_zero_guards(fn, lambda args: make(True, args)[0])
         fn = safety.guard_grad(fn, self.mode, p, ir)
+        if not value:
+            fn = _drop_value(fn)
         if p.flat is not None:
             return _flat_entry(fn, p.flat, wrt, diffable, single, value)
         if single:
@@ -601,6 +606,14 @@ class _pooled:
             return r[0], r[1]
         pool.append(r[1:])
         return r[0]
+
+
+def _drop_value(fn: Callable) -> Callable:
+    """``grad`` from the value-and-gradient code: the gradient part of its result."""
+    def g(*args):
+        return fn(*args)[1]
+    g.compiled = getattr(fn, "compiled", fn)
+    return g
 
 
 def _vg_post(r, post):

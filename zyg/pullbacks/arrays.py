@@ -170,6 +170,7 @@ class ArrayMixin:
                 if self.is_array_stmt(st):
                     self.prepare_array_stmt(blk, st)
                     self.prepare_shape_record(blk, st)
+            self.prepare_param_shape_records(blk)
 
         self.skip_unread_records()
         for blk in self.fn.iter_blocks():
@@ -422,23 +423,52 @@ class ArrayMixin:
         v = st.var
         if v is None or v.id not in self.shadow_roots or not self.is_arr(v) or \
                 not self.in_loop(blk.id) or v.id in self._edge_arrays():
-            # (an array carried to a block parameter, v = v[1:] * 2.0 in a loop: the
-            # parameter's shadow keeps one shape, and a change raises ShapeChanged)
+            # (an array carried to a written block parameter travels with its shadow as a
+            # pointer: its shadow keeps one shape, and a change raises ShapeChanged)
             return
         names = [f"_sh{self.new_tmp()}" for _ in range(array_ndim(self.kind(v)))]
         self.__dict__.setdefault("shape_records", {})[v.id] = names
         for n in names:     # after the statement's own records, as alloc_shadow pushes them
             self.stmt_pushes[blk.id].append((n, "int", id(st)))
 
+    def prepare_param_shape_records(self, blk) -> None:
+        """An unwritten array parameter of a block in a loop (``w = w[1:] * w[:-1]`` carried
+        by the loop) may change shape from one entry to the next: the entry records the
+        shape of the shadow it replaces, before the block's other records, and the reverse
+        of the entry (``adjoint_entry``) gives the shadow that shape back."""
+        if blk.id == self.fn.order[0] or not self.in_loop(blk.id):
+            return
+        first = []
+        for p in blk.params:
+            if p.id in self.shadow_roots and self.is_arr(p) and not self.mutable(p):
+                names = [f"_sh{self.new_tmp()}" for _ in range(array_ndim(self.kind(p)))]
+                self.__dict__.setdefault("shape_records", {})[p.id] = names
+                first += [(n, "int", -1) for n in names]
+        self.stmt_pushes[blk.id][:0] = first
+
+    def shadow_reset(self, v, ind: int, code: Code) -> None:
+        """Zero the shadow of ``v`` for the previous iteration, giving it back the shape
+        recorded for that iteration where there is one."""
+        d = self.dname(v)
+        shape_names = getattr(self, "shape_records", {}).get(v.id)
+        if not shape_names:
+            code.add(ind, f"{d}[...] = 0")
+            return
+        shape = "(" + "".join(f"{k}, " for k in shape_names) + ")"
+        code.put(ind, If(f"{d}.shape == {shape}"))
+        code.add(ind + 1, f"{d}[...] = 0")
+        code.put(ind, Else())
+        code.add(ind + 1, f"{d} = np.zeros({shape}, {d}.dtype)")
+
     def _edge_arrays(self) -> Set[int]:
-        """Ids of the arrays passed along an edge to a block parameter."""
+        """Ids of the arrays passed along an edge to a written block parameter."""
         got = self.__dict__.get("_edge_array_ids")
         if got is None:
             got = set()
             for b in self.fn.iter_blocks():
                 for q in self.p.preds[b.id]:
-                    got.update(a.id for a in self.edge_args(q, b.id)
-                               if isinstance(a, Var) and self.is_arr(a))
+                    got.update(a.id for a, p in zip(self.edge_args(q, b.id), b.params)
+                               if isinstance(a, Var) and self.is_arr(a) and self.mutable(p))
             self._edge_array_ids = got
         return got
 
@@ -1130,16 +1160,8 @@ class ArrayMixin:
         if v is None or not loop:
             return
         if self.is_arr(v):
-            shape_names = getattr(self, "shape_records", {}).get(v.id)
-            if shape_names:
+            if v.id in self.shadow_roots:
                 # the shadow of the previous iteration's array, maybe of another shape
-                d = self.dname(v)
-                shape = "(" + "".join(f"{k}, " for k in shape_names) + ")"
-                code.put(ind, If(f"{d}.shape == {shape}"))
-                code.add(ind + 1, f"{d}[...] = 0")
-                code.put(ind, Else())
-                code.add(ind + 1, f"{d} = np.zeros({shape}, {d}.dtype)")
-            elif v.id in self.shadow_roots:
-                code.add(ind, f"{self.dname(v)}[...] = 0")
+                self.shadow_reset(v, ind, code)
         else:
             code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")

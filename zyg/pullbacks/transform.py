@@ -212,6 +212,10 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Pla
         wrt = [j for i in wrt for j in leaf_of[i]]
         argkinds = [flat.kinds[q.id] for q in fn.params]
         kinds = infer_kinds(fn, argkinds)
+    from .rebind import separate_rebound_arrays
+    if separate_rebound_arrays(fn, kinds):      # a = np.empty(..) in a loop, then a[i] = ..
+        verify(fn, "separate_rebound_arrays")
+        kinds = infer_kinds(fn, argkinds)
     ret = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
     rv = ret.term.value
     rk = kinds.get(rv.id, "undef") if isinstance(rv, Var) else ("none" if rv.value is None else "float")
@@ -1146,7 +1150,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             for k, p in fun:
                 code.add(ind, f"_a{k} = {self.dname(p)}.copy()")
                 if self.in_loop(blk.id):
-                    code.add(ind, f"{self.dname(p)}[...] = 0")
+                    self.shadow_reset(p, ind, code)
         ps = self.p.preds[blk.id]
 
         def to_pred(pred: int, i2: int):
@@ -1199,8 +1203,8 @@ class Emitter(ArrayMixin, StructuredMixin):
             # the parameters' array cotangents were handed to the edge: zero them before
             # anything can add into them again (the predecessor's adjoint, inlined or
             # continued here, may use the parameter: a loop left by ``break``)
-            for z in zero_after:
-                code.add(i2, z)
+            for p in zero_after:
+                self.shadow_reset(p, i2, code)
             if cont is not None:
                 cont(pred, i2)
                 self._adj_blk = blk.id
@@ -1215,7 +1219,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             code.add(i2, f"_blk = {pred}")
 
         if fun and not cyc and self.in_loop(blk.id):
-            zero_after = [f"{self.dname(p)}[...] = 0" for _, p in fun]
+            zero_after = [p for _, p in fun]
         else:
             zero_after = []
 
