@@ -77,6 +77,17 @@ def shrinking_window(x, n):
     return s
 
 
+def written_and_shrinking(x, n):
+    # written at the top of each iteration, then rebound to a shorter array
+    v = x.copy()
+    s = 0.0
+    for i in range(n):
+        v[0] += x[1] * v[-1]
+        v = v[1:] * 2.0
+        s += np.sum(v * v)
+    return s
+
+
 def schur_complement(M):
     # Gaussian elimination as successive Schur complements: a 2-D array shrinking in both axes
     A = M.copy()
@@ -121,6 +132,7 @@ CASES = {
     "view_after_join": (view_after_join, (X[:3], 4)),
     "shrinking_window": (shrinking_window, (X[:4], 3)),
     "schur_complement": (schur_complement, (SPD,)),
+    "written_and_shrinking": (written_and_shrinking, (X, 3)),
     "window_in_while_with_break": (window_in_while_with_break, (X, 0.4)),
     "grow_and_shrink": (grow_and_shrink, (X[:3], 5)),
 }

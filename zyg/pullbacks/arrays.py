@@ -439,12 +439,43 @@ class ArrayMixin:
         if blk.id == self.fn.order[0] or not self.in_loop(blk.id):
             return
         first = []
+        lists = self._list_buffers()
         for p in blk.params:
-            if p.id in self.shadow_roots and self.is_arr(p) and not self.mutable(p):
+            if p.id in self.shadow_roots and self.is_arr(p) and not self.mutable(p) and p.id not in lists:
                 names = [f"_sh{self.new_tmp()}" for _ in range(array_ndim(self.kind(p)))]
                 self.__dict__.setdefault("shape_records", {})[p.id] = names
                 first += [(n, "int", -1) for n in names]
         self.stmt_pushes[blk.id][:0] = first
+
+    def _list_buffers(self) -> Set[int]:
+        """Ids of list buffers (``out.append(v)`` results and the parameters they reach):
+        their shadows keep the largest room, and the pullback of a push into an empty buffer
+        keeps that shape (``rules/lists.list_back_buf``)."""
+        got = self.__dict__.get("_list_buffer_ids")
+        if got is None:
+            from ..rules.lists import ListPush
+            got = {st.var.id for b in self.fn.iter_blocks() for st in b.stmts
+                   if st.var is not None and isinstance(st.expr.fn, ListPush)}
+            grew = True
+            while grew:
+                grew = False
+                for b in self.fn.iter_blocks():
+                    for q in self.p.preds[b.id]:
+                        for a, p in zip(self.edge_args(q, b.id), b.params):
+                            if isinstance(a, Var) and a.id in got and p.id not in got:
+                                got.add(p.id)
+                                grew = True
+            self._list_buffer_ids = got
+        return got
+
+    def header_entry_records(self, head, ind: int, code: Code) -> None:
+        """The entry of a counted loop's header in an iteration of the ``for`` loop that
+        replaces its test by a trip count (the header's block itself runs once, at the exit):
+        array parameters that may change shape record their shadow's, as ``primal_body``
+        does for every entry of a header that runs per iteration."""
+        for p in head.params:
+            if p.id in getattr(self, "shape_records", {}):
+                self.alloc_shadow(p, ind, code, True)
 
     def shadow_reset(self, v, ind: int, code: Code) -> None:
         """Zero the shadow of ``v`` for the previous iteration, giving it back the shape

@@ -455,11 +455,7 @@ class StructuredMixin:
                 code.put(ind + 1, Capacity(s))
         code.put(ind, For(f"_k{h}", f"range({trip})"))
         if rec:
-            # the header's entry, whose test the trip count replaces: array parameters that
-            # may change shape record their shadow's (as primal_body does at the exit)
-            for p in hb.params:
-                if p.id in getattr(self, "shape_records", {}):
-                    self.alloc_shadow(p, ind + 1, code, True)
+            self.header_entry_records(hb, ind + 1, code)
         self.edge(h, B, hb.term.true_args, ind + 1, code, rec, goto=False)
         self.s_region(B, h, ind + 1, code)
         # the header once more: its test is false, the loop exits

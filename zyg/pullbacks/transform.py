@@ -886,6 +886,8 @@ class Emitter(ArrayMixin, StructuredMixin):
             self.room_check(need, ind, code)
             self.s_reserve(need, self.array_stacks(), ind, code)
         code.put(ind, For(f"_k{head.id}", f"range({trip})"))
+        if record:
+            self.header_entry_records(head, ind + 1, code)
         self.primal_block(body, ind + 1, code, record, grows, inlined=True)
         self.primal_block(head, ind, code, record, grows, inlined=True)
         self._s_end = None
