@@ -495,6 +495,61 @@ def test_helper_alloc():
                         oracles=["gradient", "jvp", "inputs unchanged", "python vs cpu"])
 
 
+# -- family: arrays rebound inside loops, and loop-carried arrays changing shape ---------------------
+
+@st.composite
+def rebound_arrays(draw):
+    """An array made again in a branch or at the end of an iteration and written in place
+    after it; a carried window that shrinks or grows; controls that write into a fresh array
+    made before the loop.  (zyg/pullbacks/rebind.py, ArrayMixin.prepare_param_shape_records)"""
+    n = draw(st.integers(1, 4))
+    kind = draw(st.sampled_from(["branch", "iteration", "window", "written_window", "control"]))
+    make = lambda: draw(st.sampled_from(["np.zeros(3)", "np.ones(3) * x", "np.empty(3)",
+                                         "np.tanh(a[:3]) * x", "a[1:4] * a[:3]"]))
+    fill = draw(st.sampled_from([
+        ["b[0] = x * a[i % 4]", "b[1] = a[0] + b[0]", "b[2] = b[1] * x"],
+        ["b[:] = a[:3] * x", "b[i % 3] += a[3] * b[(i + 1) % 3]"],
+        ["b[...] = np.sin(a[1:]) + x", "b *= x", "b[0] = b[2] * a[0]"]]))
+    use = draw(st.sampled_from(["s = s + np.sum(b * b)", "s = s + np.dot(b, a[:3]) * x",
+                                "s = s + b[0] * b[2]"]))
+    body = ["s = 0.0"]
+    if kind == "branch":
+        body += [f"for i in range({n}):",
+                 f"    if i % 2 == 0:", f"        b = {make()}", "    else:", f"        b = {make()}"]
+        body += indent(fill + [use])
+    elif kind == "iteration":
+        body += ["b = a[:3].copy()", f"for i in range({n}):"]
+        body += indent([f.replace("b[:] = a[:3] * x", "b[:] = b * x") for f in fill[1:]] + [use])
+        body += indent([draw(st.sampled_from(["b = np.tanh(b) * x", "b = b * a[1:] + x",
+                                               "b = np.cos(b[::-1]) * a[:3]"]))])
+    elif kind == "control":
+        body += ["b = np.zeros(3)", f"for i in range({n}):"] + indent(fill + [use])
+    else:
+        step = draw(st.sampled_from(["w = w[1:] * w[:-1] + x", "w = 0.5 * (w[1:] + w[:-1]) * x",
+                                     "w = np.tanh(w[:-1]) * a[:w.shape[0] - 1]"]))
+        grow = draw(st.booleans())
+        loop = ["w = a * x", f"for i in range({min(n, 3)}):"]
+        inner = []
+        if kind == "written_window":
+            inner.append("w[0] += x * w[-1]")
+        if grow:
+            inner += ["if i % 2 == 1:", "    w = np.concatenate((w, w[:1] * x))", "else:", "    " + step]
+        else:
+            inner.append(step)
+        inner.append("s = s + np.sum(np.sin(w))")
+        body += loop + indent(inner)
+    body.append("return s + np.sum(a * a) * x")
+    src = module("", body, "a, x")
+    args = (values(draw, (4,)), round(draw(st.floats(0.3, 0.9)), 3))
+    return Program(src, args, (0, 1))
+
+
+def test_rebound_arrays():
+    oracles.family_test("rebound_arrays", with_targets(rebound_arrays()),
+                        lambda p: check_program("rebound_arrays", p), _settings(8),
+                        oracles=["gradient", "jvp", "inputs unchanged", "python vs cpu"])
+
+
 # -- family: integer powers at exact zeros --------------------------------------------------------
 
 @st.composite
