@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .. import driver
+from .. import api, driver
 from ..errors import NotPicklable
 
 #: format of the pickled description (checked on load)
@@ -65,18 +65,33 @@ def reduce_transform(obj: Any, recipe: tuple) -> tuple:
         raise NotPicklable(f"{obj!r} cannot be pickled ({maker})")
     cap = _Capture()
     root = cap.token(f, f"the function given to zyg.{maker}")
-    return (_remake, (FORMAT, maker, cap.bundle(), root, dict(opts)))
+    payload = (maker, cap.bundle(), root, dict(opts))
+    # what the receiver memoises by: pool.map pickles the function with every chunk of
+    # tasks, and each one must not transform and compile it again
+    digest = hashlib.sha256(pickle.dumps(payload, protocol=4)).hexdigest()
+    return (_remake, (FORMAT, digest) + payload)
 
 
-def _remake(fmt: int, maker: str, bundle: dict, root: Any, opts: dict) -> Any:
-    """Unpickling: rebuild the function and apply ``zyg.<maker>`` to it again."""
+#: digest -> the object rebuilt from it in this process
+_MEMO: Dict[str, Any] = {}
+_MEMO_MAX = 256
+
+
+def _remake(fmt: int, digest: str, maker: str, bundle: dict, root: Any, opts: dict) -> Any:
+    """Unpickling: rebuild the function and apply ``zyg.<maker>`` to it again (once per
+    process for the same pickled content)."""
     if fmt != FORMAT:
         raise NotPicklable(f"this zyg gradient was pickled in format {fmt}; this version of "
                            f"zyg reads format {FORMAT}",
                            hint="use the same zyg version in every process")
-    import zyg
+    got = _MEMO.get(digest)
+    if got is not None:
+        return got
     f = _Rebuild(bundle).value(root)
-    return getattr(zyg, maker)(f, **opts)
+    out = getattr(api, maker)(f, **opts)
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    return _MEMO.setdefault(digest, out)
 
 
 def install() -> None:
@@ -375,6 +390,5 @@ class _Rebuild:
         if k == "dict":
             return {self.value(a): self.value(b) for a, b in tok[1]}
         if k == "zyg":
-            import zyg
-            return getattr(zyg, tok[1])(self.value(tok[2]), **tok[3])
+            return getattr(api, tok[1])(self.value(tok[2]), **tok[3])
         raise NotPicklable(f"unknown item {k!r} in a pickled zyg gradient")
