@@ -18,7 +18,7 @@ from .compile import LOAD_LOCK
 from . import backends
 from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
                      _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
-                     make_object, pullback, ssa_of, to_native, transform)
+                     Back, make_object, pullback as _pullback, ssa_of, to_native, transform)
 from .entry import adapt
 from .errors import TypeMismatch
 from .pullbacks.transform import emit_fused, emit_split, plan
@@ -86,6 +86,14 @@ def value_and_grad(f: Optional[Callable] = None, argnums: Union[int, Sequence[in
 
 
 value_and_grad._zyg_maker = "value_and_grad"
+
+
+def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callable]:
+    """Run ``f(*args)`` and return ``(y, back)``; ``back(dy)`` gives one cotangent per
+    positional argument (None for ints and bools).  ``back`` may be called many times; it
+    holds the tape of this call and does not pickle (``zyg.NotPicklable``)."""
+    y, back = _pullback(f, *args, target=target)
+    return y, Back(back, f)
 
 
 def stop_gradient(x):
@@ -530,7 +538,7 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                 J[:, k] = np.ravel(ty)
         else:
             fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-            y, back = pullback(fn, *fresh, target=target)
+            y, back = _pullback(fn, *fresh, target=target)
             for r in range(n_out):
                 if ys:
                     dy = np.zeros(ys, np.asarray(y).dtype)
@@ -538,7 +546,7 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                 else:
                     dy = 1.0
                 if r:
-                    y, back = pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a
+                    y, back = _pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a
                                             for a in args], target=target)
                 g = back(dy)[i]
                 J[r, :] = 0.0 if g is None else np.ravel(g)

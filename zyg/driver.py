@@ -842,15 +842,21 @@ def make_object(fn: Callable, like: Any, doc: Optional[str], **attrs) -> ZygFunc
 
 
 class Back:
-    """The ``back`` that ``zyg.pullback`` returns: calls the adjoint of one recorded call.
-    It holds that call's tape (and the arrays it rewinds), which lives in this process:
-    pickling it raises :class:`~zyg.errors.NotPicklable`."""
+    """The ``back`` that ``zyg.pullback`` returns (``api.pullback``; the driver's own
+    :func:`pullback`, which recursive calls use at every level, returns the plain function):
+    calls the adjoint of one recorded call.  It holds that call's tape (and the arrays it
+    rewinds), which lives in this process: pickling it raises
+    :class:`~zyg.errors.NotPicklable`."""
 
-    __slots__ = ("_fn", "_name")
+    __slots__ = ("_fn", "_f")
 
-    def __init__(self, fn: Callable, name: str):
+    def __init__(self, fn: Callable, f: Any):
         self._fn = fn
-        self._name = name
+        self._f = f
+
+    @property
+    def _name(self) -> str:
+        return getattr(unwrap(self._f), "__name__", "f")
 
     def __call__(self, dy=1.0):
         return self._fn(dy)
@@ -893,12 +899,11 @@ def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callabl
         def back_dicts(dy=1.0):
             return _dicts.to_dicts(back(dy))
         back_dicts.__doc__ = back.__doc__
-        return _dicts.to_dicts(y), Back(back_dicts, spec.name)
+        return _dicts.to_dicts(y), back_dicts
     entry = spec.cache.get(_type_key(args))
     if entry is None:
         entry = spec.build(args)
-    y, back = entry(*args)
-    return y, Back(back, spec.name)
+    return entry(*args)
 
 
 _GRAD_SOURCES: Dict[Any, Callable] = {}

@@ -402,7 +402,22 @@ def stack_size() -> int:
         except (ImportError, ValueError, OSError):
             pass
         return 8 << 20
-    return threading.stack_size() or _thread_default()
+    return _configured_stack_size() or _thread_default()
+
+
+_STACK_SIZE_LOCK = threading.Lock()
+
+
+def _configured_stack_size() -> int:
+    """``threading.stack_size()``, without its side effect: called without an argument it
+    also *sets* the size of threads created afterwards to the default (0) and returns the
+    old value, so a second call returned 0 (a recursion in a thread created with
+    ``threading.stack_size(256 << 20)`` was then cut at 8 MiB)."""
+    with _STACK_SIZE_LOCK:
+        size = threading.stack_size()
+        if size:
+            threading.stack_size(size)
+    return size
 
 
 def _thread_default() -> int:
