@@ -263,3 +263,24 @@ def test_deferred_interrupt_is_the_main_threads():
 def poly_a_grad(x):
     h = 1e-6
     return (poly_a(x + h) - poly_a(x - h)) / (2 * h)
+
+
+def power(x, n):
+    if n == 0:
+        return 1.0
+    return x * power(x, n - 1)
+
+
+def test_recursive_gradients_from_threads_at_once():
+    """Recursive calls keep their pending pullbacks per thread (zyg/pullbacks/records.py):
+    threads running different depths at once each get their own derivative."""
+    g = zyg.grad(power)
+    g(1.1, 3)
+
+    def many(k):
+        n = 5 + 7 * k
+        return [(n, g(1.01, n)) for _ in range(20)]
+    got = _run_together(4, many)
+    for rows in got:
+        for n, v in rows:
+            assert v == pytest.approx(n * 1.01 ** (n - 1), rel=1e-12)
