@@ -63,6 +63,22 @@ def two(x, y):
     return helper(x) * y + math.sin(x * y)
 
 sq = lambda x: x * x * K
+
+import zyg
+
+def cube(x):
+    return x * x * x
+
+dcube = zyg.grad(cube)
+
+def penalty(x):
+    return math.sin(x) + dcube(x) ** 2
+
+def outer(c):
+    scale = lambda t: t * c
+    def inner(x):
+        return scale(x) + math.exp(x)
+    return inner
 '''
 
 
@@ -185,6 +201,18 @@ def test_njit_function_lambda_partial_and_method_by_value():
     p = functools.partial(nb.two, y=0.5)
     g = zyg.grad(p)
     assert roundtrip(g)(0.9) == g(0.9) == pytest.approx(fd(p, 0.9), rel=1e-7)
+
+
+def test_gradient_inside_and_closure_over_a_lambda():
+    nb = notebook()
+    g = zyg.grad(nb.penalty)                 # its global dcube is a zyg gradient
+    h = roundtrip(g)
+    assert h(0.7) == g(0.7) == pytest.approx(math.cos(0.7) + 2 * 3 * 0.49 * 6 * 0.7, rel=1e-12)
+    assert isinstance(h._zyg.f.__globals__["dcube"], zyg.driver.ZygFunction)
+    f = nb.outer(2.5)                        # a closure over a lambda over c
+    g = zyg.value_and_grad(f)
+    assert roundtrip(g)(0.3) == g(0.3) == (pytest.approx(f(0.3), rel=1e-14),
+                                          pytest.approx(2.5 + math.exp(0.3), rel=1e-12))
 
 
 def test_hessian_jacobian_and_nested_grad():
