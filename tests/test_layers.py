@@ -26,7 +26,7 @@ LAYERS = [
     ("driver", lambda m: m in ("zyg.driver", "zyg.safety", "zyg.entry")),
     ("nested transforms", lambda m: m in NESTED),
     ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table",
-                            "zyg.cuda")),
+                            "zyg.cuda") or m == "zyg.tasks" or m.startswith("zyg.tasks.")),
 ]
 NESTED = ("zyg.pullbacks.ckloop", "zyg.pullbacks.recursion", "zyg.pullbacks.gradcall")
 

@@ -14,7 +14,8 @@ transformation, compiled to native code with numba.
 from .version import __version__  # noqa: F401
 
 from .errors import (ZygError, UnsupportedSyntax, NoAdjoint, CompileError,  # noqa: F401
-                     TypeMismatch, AliasedArguments, ModifiedAfterPullback, ShapeChanged)
+                     TypeMismatch, AliasedArguments, ModifiedAfterPullback, ShapeChanged,
+                     NotPicklable)
 from .rules.registry import adjoint, nondifferentiable  # noqa: F401
 from .rules.higher import checkpoint, checkpointed_range, hook  # noqa: F401
 from . import rules as _rules  # noqa: F401  (registers the built-in rules)
@@ -24,6 +25,7 @@ from .numerics import set_boundscheck  # noqa: F401
 from .compile import set_compile_notice  # noqa: F401
 from .cuda import vmap  # noqa: F401
 from .check import check_grads, GradCheckError  # noqa: F401
+from . import tasks  # noqa: F401  (gradient objects pickle: zyg/tasks/pickling.py)
 
 nondifferentiable(stop_gradient)
 _rules.registry.end_builtin_phase()
@@ -31,4 +33,5 @@ _rules.registry.end_builtin_phase()
 __all__ = ["checkpoint", "checkpointed_range", "hook", "check_grads", "GradCheckError", "grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
            "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback", "ShapeChanged",
+           "NotPicklable",
            "set_boundscheck", "set_compile_notice", "vmap"]

@@ -14,10 +14,11 @@ import numpy as np
 
 from . import dicts as _dicts, safety
 from .caches import invalidate, on_invalidate
+from .compile import LOAD_LOCK
 from . import backends
 from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
                      _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
-                     pullback, ssa_of, to_native, transform)
+                     Back, make_object, pullback as _pullback, ssa_of, to_native, transform)
 from .entry import adapt
 from .errors import TypeMismatch
 from .pullbacks.transform import emit_fused, emit_split, plan
@@ -50,8 +51,12 @@ def _make(f, argnums, target, mode, doc):
         from .cuda import device_transform
         return device_transform(f, argnums, mode, doc)
     if hasattr(f, "_zyg") and mode != "pullback":
-        return _nested(f, argnums, target, mode, doc)
-    return transform(f, argnums, target, mode, doc)
+        out = _nested(f, argnums, target, mode, doc)
+    else:
+        out = transform(f, argnums, target, mode, doc)
+    # how to make it again in another process (zyg/tasks/pickling.py)
+    out._zyg_recipe = (mode, f, {"argnums": argnums, "target": target})
+    return out
 
 
 def grad(f: Optional[Callable] = None, argnums: Union[int, Sequence[int]] = 0, *,
@@ -81,6 +86,14 @@ def value_and_grad(f: Optional[Callable] = None, argnums: Union[int, Sequence[in
 
 
 value_and_grad._zyg_maker = "value_and_grad"
+
+
+def pullback(f: Callable, *args: Any, target: str = "cpu") -> Tuple[Any, Callable]:
+    """Run ``f(*args)`` and return ``(y, back)``; ``back(dy)`` gives one cotangent per
+    positional argument (None for ints and bools).  ``back`` may be called many times; it
+    holds the tape of this call and does not pickle (``zyg.NotPicklable``)."""
+    y, back = _pullback(f, *args, target=target)
+    return y, Back(back, f)
 
 
 def stop_gradient(x):
@@ -137,7 +150,6 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     entry means no tangent.  The result's tangent has the structure of the result.
     Like ``jax.jvp``; computed by a forward-mode transform of ``f`` in one pass.
     """
-    from .pullbacks.forward import Forward, check_forward_kinds
     primals = tuple(primals)
     tangents = tuple(tangents)
     if len(primals) != len(tangents):
@@ -173,17 +185,10 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     key = (py, target, tuple(kinds), ir.reads)
     entry = _JVPS.get(key)
     if entry is None:
-        p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], backend)
-        check_forward_kinds(p)
-        fwd = Forward(p)
-        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
-        code = fwd.emit(stem)
-        (fn,), path, locs = backend.load(code, fwd.ns.ns, [stem], stem)
-        fn = _checked(fn, path, locs, ir.name)
-        trees = p.flat.param_trees if p.flat is not None else [None] * len(primals)
-        active = [fwd.active(q) for q in p.fn.params]
-        ret_tree = p.flat.ret_tree if p.flat is not None else None
-        entry = _JVPS[key] = (fn, trees, active, ret_tree, safety.for_plan("jvp", p, ir))
+        with LOAD_LOCK:         # first calls from several threads: one builds
+            entry = _JVPS.get(key)
+            if entry is None:
+                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend)
     fn, trees, active, ret_tree, guard = entry
     flat_p = _flatten_args(primals, trees)
     if guard is not None:
@@ -197,6 +202,22 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     if ret_tree is not None:
         return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]
     return y, ty
+
+
+def _build_jvp(ir, kinds, nuser, backend):
+    """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once)."""
+    from .pullbacks.forward import Forward, check_forward_kinds
+    p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], backend)
+    check_forward_kinds(p)
+    fwd = Forward(p)
+    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
+    code = fwd.emit(stem)
+    (fn,), path, locs = backend.load(code, fwd.ns.ns, [stem], stem)
+    fn = _checked(fn, path, locs, ir.name)
+    trees = p.flat.param_trees if p.flat is not None else [None] * len(kinds)
+    active = [fwd.active(q) for q in p.fn.params]
+    ret_tree = p.flat.ret_tree if p.flat is not None else None
+    return (fn, trees, active, ret_tree, safety.for_plan("jvp", p, ir))
 
 
 def _flatten_tangents(primals, tangents, trees) -> List[Any]:
@@ -254,8 +275,6 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
     """``[hessian_driver, hvp_driver]`` of ``f`` w.r.t. argument ``argnum`` at these kinds:
     forward mode over the generated gradient, with the loop over the columns inside the
     generated code (one call from Python)."""
-    from .pullbacks.forward import Forward, check_forward_kinds
-    from .ssa.emit import var_name
     nuser = len(args)
     args = _full_args(f, args)
     kinds = _kinds(args, getattr(unwrap(f), "__name__", "f"))
@@ -263,6 +282,16 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
     got = _HESS.get(key)
     if got is not None:
         return got
+    with LOAD_LOCK:             # first calls from several threads: one builds
+        got = _HESS.get(key)
+        if got is None:
+            got = _HESS[key] = _build_second_order(f, args, nuser, kinds, argnum, target)
+    return got
+
+
+def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
+    from .pullbacks.forward import Forward, check_forward_kinds
+    from .ssa.emit import var_name
     inner = _grad_source(f, args[:nuser], argnum)
     ir = ssa_of(inner)
     p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)],
@@ -298,8 +327,7 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
         code.add(1, f"return {call}")
     fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
                                      stem)
-    got = _HESS[key] = [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
-    return got
+    return [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
 
 
 def _run_compiled(slot: list, k: int, args: tuple):
@@ -346,8 +374,9 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
         if isinstance(x, np.ndarray) and x.ndim != 1:
             raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
         return _run_compiled(_second_order(fn, args, a, target), 0, _full_args(fn, args))
-    h.__name__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
-    return h
+    h.__name__ = h.__qualname__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
+    return make_object(h, h, h.__doc__,
+                       _zyg_recipe=("hessian", f, {"argnums": argnums, "target": target}))
 
 
 def _derivative_source(G: Callable, args: Sequence[Any]) -> Callable:
@@ -377,14 +406,22 @@ _JVP_SOURCES: Dict[Any, Callable] = {}
 
 def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
     """A plain Python function computing d fn / d args[b] (a float) by forward mode."""
-    from .pullbacks.forward import Forward
-    from .ssa.emit import var_name
     ir = ssa_of(fn)
     kinds = _kinds(args, ir.name)
     key = (fn, tuple(kinds), b, ir.reads)
     out = _JVP_SOURCES.get(key)
     if out is not None:
         return out
+    with LOAD_LOCK:
+        out = _JVP_SOURCES.get(key)
+        if out is None:
+            out = _JVP_SOURCES[key] = _build_jvp_source(ir, kinds, b)
+    return out
+
+
+def _build_jvp_source(ir, kinds, b: int) -> Callable:
+    from .pullbacks.forward import Forward
+    from .ssa.emit import var_name
     python = backends.get("python")
     p = plan(ir, kinds, [b], python)
     fwd = Forward(p)
@@ -397,7 +434,6 @@ def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
     code.add(1, f'"""d {ir.name} / d argument {b} (forward mode), for nested derivatives."""')
     code.add(1, f"return {stem}_jvp({', '.join(params + tans)})[1]")
     (out,), _, _ = python.load(code, fwd.ns.ns, [stem], stem)
-    _JVP_SOURCES[key] = out
     return out
 
 
@@ -452,12 +488,10 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
         del nuser
         res = outs[0] if single else tuple(outs)
         return (y, res) if value else res
-    g.__doc__ = doc
-    g.__name__ = f"grad_{getattr(G, '__name__', 'f')}"
-    g._zyg = _Specializer.__new__(_Specializer)
-    g._zyg.f, g._zyg.argnums, g._zyg.mode, g._zyg.target = G, argnums, mode, target
-    g._zyg_binder = binder
-    return g
+    g.__name__ = g.__qualname__ = f"grad_{getattr(G, '__name__', 'f')}"
+    spec = _Specializer.__new__(_Specializer)
+    spec.f, spec.argnums, spec.mode, spec.target = G, argnums, mode, target
+    return make_object(g, g, doc, _zyg=spec, _zyg_binder=binder)
 
 
 def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str = "cpu") -> Callable:
@@ -504,7 +538,7 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                 J[:, k] = np.ravel(ty)
         else:
             fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-            y, back = pullback(fn, *fresh, target=target)
+            y, back = _pullback(fn, *fresh, target=target)
             for r in range(n_out):
                 if ys:
                     dy = np.zeros(ys, np.asarray(y).dtype)
@@ -512,10 +546,11 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                 else:
                     dy = 1.0
                 if r:
-                    y, back = pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a
+                    y, back = _pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a
                                             for a in args], target=target)
                 g = back(dy)[i]
                 J[r, :] = 0.0 if g is None else np.ravel(g)
         return J.reshape(ys + xs)
-    jac.__name__ = f"jacobian_{getattr(unwrap(f), '__name__', 'f')}"
-    return jac
+    jac.__name__ = jac.__qualname__ = f"jacobian_{getattr(unwrap(f), '__name__', 'f')}"
+    return make_object(jac, jac, jac.__doc__, _zyg_recipe=(
+        "jacobian", f, {"argnums": argnums, "mode": mode, "target": target}))

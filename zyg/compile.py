@@ -22,10 +22,12 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .version import __version__
+from .caches import BUILD_LOCK
 from .errors import CompileError
 
-# first calls from several threads: one builds a module at a time (the fast path never locks)
-LOAD_LOCK = threading.RLock()
+# first calls from several threads: one builds a module at a time (the fast path never
+# locks); numba's compiler lock itself (zyg/caches.py: one lock, no order to get wrong)
+LOAD_LOCK = BUILD_LOCK
 
 
 def cache_dir() -> str:

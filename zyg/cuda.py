@@ -20,13 +20,13 @@ a NaN gradient (device functions), and :func:`vmap` relaunches with a tape large
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import backends
 from .backends.cuda import CudaBackend, cuda_module, simulator
+from .compile import LOAD_LOCK
 from .driver import _normalise_argnums
 from .entry import adapt
 from .errors import TypeMismatch, UnsupportedSyntax, ZygError
@@ -37,7 +37,7 @@ from .ssa.emit import _ident
 from .ssa.ir import callee_name
 from .ssa.lower import unwrap
 
-_LOCK = threading.RLock()
+_LOCK = LOAD_LOCK      # zyg's build lock (numba's compiler lock: zyg/caches.py)
 #: the most items per stack vmap grows a per-thread tape to before it gives up
 MAX_TAPE_SIZE = 1 << 16
 

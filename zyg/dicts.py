@@ -31,7 +31,7 @@ def _class_for(keys: Tuple[str, ...]) -> type:
                                    "(params['w1'])")
         cls = collections.namedtuple("zyg_dict", keys)
         cls._zyg_dict = True
-        _CLASSES[keys] = cls
+        cls = _CLASSES.setdefault(keys, cls)     # two threads: both get the first one
     return cls
 
 

@@ -18,7 +18,7 @@ directly (they sit above it: the transforms reach them through the hooks of
 """
 from __future__ import annotations
 
-import functools
+import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -155,7 +155,8 @@ class _Specializer:
         self.mode = mode
         self.cache: Dict[Tuple[type, ...], Callable] = {}
         self.name = _ident(getattr(unwrap(f), "__name__", "f").replace("<lambda>", "lambda"))
-        _LIVE.add(self)
+        with LOAD_LOCK:         # a WeakSet: not iterated while another thread adds to it
+            _LIVE.add(self)
 
     @property
     def backend(self):
@@ -232,8 +233,10 @@ class _Specializer:
     def rebuild(self, args: Sequence[Any]) -> Any:
         """A guard failed (a helper, global or captured value changed): forget every
         specialisation of this function, lower it again and call it."""
-        self.cache.clear()
-        return self.build(args)(*args)
+        with LOAD_LOCK:         # not while another thread builds into the cache
+            self.cache.clear()
+            entry = self.build(args)
+        return entry(*args)
 
     def _build_grad(self, ir: Function, kinds: List[str]) -> Callable:
         wrt, single = _normalise_argnums(self.argnums, ir.nargs)
@@ -597,7 +600,10 @@ class _pooled:
 
     def __call__(self, *args):
         pool = self.pool
-        bufs = pool.pop() if pool else self.fresh()
+        try:
+            bufs = pool.pop()       # atomic: another thread may take the last one
+        except IndexError:
+            bufs = self.fresh()
         r = self.compiled(*args, *bufs)
         if _DEFERRED[0]:
             _raise_deferred()       # Ctrl-C during the call (zyg/numerics.py)
@@ -641,6 +647,10 @@ class _FirstCall:
         self.fname = fname
 
     def compile_for(self, args) -> Callable:
+        with LOAD_LOCK:         # self.fn may be replaced (another pipeline) while compiling
+            return self._compile_for(args)
+
+    def _compile_for(self, args) -> Callable:
         import numba
         import numba.core.errors as nerr
         sig = tuple(numba.typeof(a) for a in args)
@@ -782,13 +792,103 @@ def transform(f, argnums, target: str, mode: str, doc: str) -> Callable:
     if binder is not None:
         # defaults, keywords, a method's object or a partial's values (zyg/entry.py)
         g = binder.wrap(g, getattr(unwrap(f), "__name__", "f"))
-    functools.update_wrapper(g, unwrap(f) if binder is None else binder.fn)
-    # not a transparent wrapper: zyg must not differentiate g as if it were f
-    del g.__wrapped__
-    g.__doc__ = doc
-    g._zyg = spec
-    g._zyg_binder = binder      # for grad of this transform (api._nested)
-    return g
+    # not a transparent wrapper (no __wrapped__): zyg must not differentiate it as if it were f
+    return make_object(g, unwrap(f) if binder is None else binder.fn, doc,
+                       _zyg=spec, _zyg_binder=binder)   # binder: for grad of it (api._nested)
+
+
+#: the function that pickles a :class:`ZygFunction` (``zyg.tasks.pickling`` registers it)
+REDUCERS: List[Callable] = []
+
+
+class ZygFunction:
+    """What ``zyg.grad``, ``value_and_grad``, ``jacobian`` and ``hessian`` return: a
+    callable object.
+
+    Each one is the only instance of its own subclass, whose ``__call__`` is the generated
+    fixed-arity wrapper (a staticmethod): a call costs one look-up of the type's
+    ``__call__`` more than the plain function it used to be (about 50 ns, measured in
+    docs/tasks.md), and the object has a ``__reduce__``, which a function cannot have
+    (``pickle`` saves every function by its module and name, so a gradient could not be
+    sent to another process).  ``_zyg_recipe``: ``(maker, f, options)``, how to make it
+    again (``zyg.tasks.pickling``)."""
+
+    __slots__ = ("__dict__", "__weakref__")
+
+    def __reduce__(self):
+        recipe = self.__dict__.get("_zyg_recipe")
+        if recipe is None or not REDUCERS:
+            from .errors import NotPicklable
+            raise NotPicklable(f"{self!r} cannot be pickled: it was not made by zyg.grad, "
+                               "value_and_grad, jacobian or hessian")
+        return REDUCERS[0](self, recipe)
+
+    def __get__(self, obj, cls=None):
+        # as a function: a gradient stored on a class is a method of its instances
+        return self if obj is None else types.MethodType(self, obj)
+
+    @property
+    def __signature__(self):
+        import inspect
+        return inspect.signature(type(self).__dict__["__call__"].__func__)
+
+    def __repr__(self):
+        recipe = self.__dict__.get("_zyg_recipe")
+        what = recipe[0] if recipe else "transform"
+        return f"<zyg {what} of {self.__dict__.get('__qualname__', '?')}>"
+
+
+def make_object(fn: Callable, like: Any, doc: Optional[str], **attrs) -> ZygFunction:
+    """A :class:`ZygFunction` calling ``fn``, named as ``like`` (the user's function)."""
+    name = getattr(like, "__name__", None) or getattr(fn, "__name__", "f")
+    cls = type(_ident(str(name).replace("<lambda>", "lambda")), (ZygFunction,),
+               {"__slots__": (), "__call__": staticmethod(fn), "__doc__": doc,
+                "__module__": __name__})
+    obj = cls()
+    d = obj.__dict__
+    for a in ("__module__", "__name__", "__qualname__"):
+        v = getattr(like, a, None)
+        if v is not None:
+            d[a] = v
+    d.setdefault("__name__", name)
+    d.setdefault("__qualname__", name)
+    d["__doc__"] = doc
+    d.update(attrs)
+    return obj
+
+
+class Back:
+    """The ``back`` that ``zyg.pullback`` returns (``api.pullback``; the driver's own
+    :func:`pullback`, which recursive calls use at every level, returns the plain function):
+    calls the adjoint of one recorded call.  It holds that call's tape (and the arrays it
+    rewinds), which lives in this process: pickling it raises
+    :class:`~zyg.errors.NotPicklable`."""
+
+    __slots__ = ("_fn", "_f")
+
+    def __init__(self, fn: Callable, f: Any):
+        self._fn = fn
+        self._f = f
+
+    @property
+    def _name(self) -> str:
+        return getattr(unwrap(self._f), "__name__", "f")
+
+    def __call__(self, dy=1.0):
+        return self._fn(dy)
+
+    @property
+    def __doc__(self):
+        return self._fn.__doc__
+
+    def __reduce__(self):
+        from .errors import NotPicklable
+        raise NotPicklable(
+            f"the back function of zyg.pullback({self._name}, ...) holds the tape of one call "
+            f"of {self._name} in this process's memory and cannot be pickled or sent to "
+            "another process",
+            hint=f"send {self._name} itself, or zyg.value_and_grad({self._name}) / "
+                 f"zyg.grad({self._name}) (they pickle), and call zyg.pullback on the other side")
 
 
 _PULLBACKS: Dict[Tuple[Any, str], _Specializer] = {}
@@ -849,6 +949,15 @@ def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Cal
     fn = _GRAD_SOURCES.get(key)
     if fn is not None:
         return fn
+    with LOAD_LOCK:
+        fn = _GRAD_SOURCES.get(key)
+        if fn is None:
+            fn = _GRAD_SOURCES[key] = _build_grad_source(f, ir, kinds, argnum)
+    return fn
+
+
+def _build_grad_source(f: Callable, ir: Function, kinds: List[str], argnum: int) -> Callable:
+    from .ssa.emit import var_name
     if any(is_tuple(k) for k in kinds):
         raise TypeMismatch(f"{ir.name}: higher-order derivatives of functions of tuples are not "
                            "supported yet")
@@ -871,5 +980,4 @@ def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Cal
     code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
     code.add(1, "return _g[0]")
     (fn,), _, _ = python.load(code, ns.ns, [stem + "_grad"], stem)
-    _GRAD_SOURCES[key] = fn
     return fn

@@ -25,6 +25,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gast
 
+from .caches import BUILD_LOCK
+
 _MISSING = object()
 _COUNT = itertools.count()
 
@@ -135,6 +137,13 @@ _ENTRIES: Dict[Any, Any] = {}
 
 
 def _entry_function(py, base, pre: list, binder: Binder) -> Any:
+    """:func:`_entry_function_unlocked` under the build lock (two threads binding the same
+    partial get one entry function)."""
+    with BUILD_LOCK:
+        return _entry_function_unlocked(py, base, pre, binder)
+
+
+def _entry_function_unlocked(py, base, pre: list, binder: Binder) -> Any:
     """``def name(<remaining parameters>): return _zyg_fn(<bound values>, <parameters>)``,
     registered as its own source so that zyg can lower it."""
     from .ssa import lower as L

@@ -8,11 +8,22 @@ then a hint saying how to proceed.
 from __future__ import annotations
 
 import linecache
+import pickle
 from typing import Optional
 
 
 class ZygError(Exception):
     """Base class of every exception zyg raises."""
+
+
+class NotPicklable(ZygError, pickle.PicklingError):
+    """A zyg object that cannot be pickled (``zyg.pullback``'s ``back``), or a function
+    whose pickle-by-value needs something that cannot be captured (docs/tasks.md)."""
+
+    def __init__(self, msg: str, hint: Optional[str] = None):
+        self.msg = msg
+        self.hint = hint
+        super().__init__(msg + (f"\nhint: {hint}" if hint else ""))
 
 
 class SourceError(ZygError):

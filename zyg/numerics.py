@@ -56,8 +56,12 @@ def set_boundscheck(on: Optional[bool]) -> None:
 
 
 def numba_options() -> Dict[str, Any]:
-    """Options for every ``numba.njit`` zyg applies (generated code, helpers, rules)."""
-    opts: Dict[str, Any] = {"error_model": "numpy"}
+    """Options for every ``numba.njit`` zyg applies (generated code, helpers, rules).
+
+    ``nogil=True``: compiled code releases the GIL while it runs, so that Python threads
+    calling gradients run in parallel (docs/tasks.md); calls back into Python from
+    compiled code (``numba.objmode``: recursive calls' pullbacks) take it again."""
+    opts: Dict[str, Any] = {"error_model": "numpy", "nogil": True}
     if boundscheck():
         opts["boundscheck"] = True
     return opts
@@ -280,7 +284,8 @@ def numba_ready() -> None:
 # -- SIGINT while numba boxes results ------------------------------------------------------
 
 _SIGINT_INSTALLED = False
-DEFERRED = [False]       # a Ctrl-C arrived while numba boxed a result: raise it on return
+DEFERRED = [False]       # a Ctrl-C arrived while the main thread's numba boxed a result:
+                         # raised on return (raise_deferred, in the main thread only)
 
 
 _DEFER_LOCK = threading.Lock()     # one of raise_deferred and _redeliver takes the interrupt
@@ -298,6 +303,10 @@ def raise_deferred() -> None:
     (unless the timer of the handler has delivered it already: one Ctrl-C, one
     KeyboardInterrupt; reading the flag and clearing it apart let both deliver it, the
     second inside the user's 'except KeyboardInterrupt' block)."""
+    if threading.current_thread() is not threading.main_thread():
+        # the interrupt is the main thread's (signal handlers run there): its own wrapper,
+        # or the handler's timer, delivers it; another thread's call must not take it
+        return
     if _take_deferred():
         raise KeyboardInterrupt
 
@@ -393,7 +402,22 @@ def stack_size() -> int:
         except (ImportError, ValueError, OSError):
             pass
         return 8 << 20
-    return threading.stack_size() or _thread_default()
+    return _configured_stack_size() or _thread_default()
+
+
+_STACK_SIZE_LOCK = threading.Lock()
+
+
+def _configured_stack_size() -> int:
+    """``threading.stack_size()``, without its side effect: called without an argument it
+    also *sets* the size of threads created afterwards to the default (0) and returns the
+    old value, so a second call returned 0 (a recursion in a thread created with
+    ``threading.stack_size(256 << 20)`` was then cut at 8 MiB)."""
+    with _STACK_SIZE_LOCK:
+        size = threading.stack_size()
+        if size:
+            threading.stack_size(size)
+    return size
 
 
 def _thread_default() -> int:

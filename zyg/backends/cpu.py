@@ -233,9 +233,12 @@ class CpuBackend(Backend):
         for k, v in list(glob.items()):
             if isinstance(v, types.FunctionType) and v is not fobj and not k.startswith("__"):
                 glob[k] = self.wrap(v)
-        fobj = self.jit(fobj)
         if uncacheable or glob.get("_zyg_uncacheable"):
-            fobj._zyg_uncacheable = True     # object mode inside (recursion.py)
+            # object mode inside (recursion.py): it runs Python, which holds the GIL
+            fobj = self.jit(fobj, nogil=False)
+            fobj._zyg_uncacheable = True
+        else:
+            fobj = self.jit(fobj)
         return fobj
 
     def call_python(self, stmt: str, outs, glob: Dict[str, Any]):
@@ -247,6 +250,9 @@ class CpuBackend(Backend):
     def finish(self, f: Callable, cache: bool, code=None) -> Callable:
         if hasattr(f, "py_func"):
             return f
+        # code that calls object-mode helpers (not cached: recursive calls) runs Python at
+        # every level, which holds the GIL: compiled without nogil (numba warns otherwise)
+        kw = {} if cache else {"nogil": False}
         if code is not None and code.has_dispatch_loop():
-            return self.jit(f, cache=cache, pipeline_class=generated_pipeline())
-        return self.jit(f, cache=cache)
+            return self.jit(f, cache=cache, pipeline_class=generated_pipeline(), **kw)
+        return self.jit(f, cache=cache, **kw)

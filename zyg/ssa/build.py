@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from ..caches import on_invalidate
+from ..caches import BUILD_LOCK, on_invalidate
 from .ir import Function
 from .lower import lower, unwrap
 from .passes import run_pipeline
@@ -28,8 +28,11 @@ def ssa_of(f: Any, statics: Optional[Dict[int, Any]] = None) -> Function:
     key = (py, tuple(sorted(statics.items()))) if statics else py
     ir = _IR_CACHE.get(key)
     if ir is None or not ir.reads.valid():
-        lowered = lower(py, statics)
-        ir = run_pipeline(lowered)
-        ir.reads = lowered.reads
-        _IR_CACHE[key] = ir
+        with BUILD_LOCK:        # two threads: one lowers, the other gets its IR
+            ir = _IR_CACHE.get(key)
+            if ir is None or not ir.reads.valid():
+                lowered = lower(py, statics)
+                ir = run_pipeline(lowered)
+                ir.reads = lowered.reads
+                _IR_CACHE[key] = ir
     return ir
