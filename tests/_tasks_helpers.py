@@ -33,3 +33,16 @@ def two(x, y):
 def call_twice(g, xs):
     """Runs in a worker process: ``g`` arrives pickled."""
     return [g(x) for x in xs]
+
+
+def logistic_nll(w, X, y):
+    """Negative log-likelihood of a logistic regression over the rows of X (a numba user's
+    loop): the loss of a data set is the sum of its chunks' losses."""
+    r = 0.0
+    for i in range(X.shape[0]):
+        z = 0.0
+        for j in range(X.shape[1]):
+            z += X[i, j] * w[j]
+        # log(1 + exp(z)) - y z, stable for both signs of z
+        r += max(z, 0.0) + math.log1p(math.exp(-abs(z))) - y[i] * z
+    return r

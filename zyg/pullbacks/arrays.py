@@ -286,6 +286,9 @@ class ArrayMixin:
             # read its old contents (the adjoint of s)
             self.need_value(blk, base, contents=fn.op in (operator.mul, operator.truediv))
             return self.finish_needed(blk, st, needed)
+        comm = getattr(fn, "_zyg_comm", None)
+        if comm is not None:
+            return self.prepare_comm(blk, st, info, comm)
         if st.var is None or st.var.id not in self.p.active:
             # inactive: but an array created in a loop and written later must be restorable
             self.prepare_loop_alloc(blk, st, info)
@@ -353,6 +356,58 @@ class ArrayMixin:
             self.need_shadow(blk, e.args[i])      # the adjoint accumulates into their shadows
         self.prepare_loop_alloc(blk, st, info)
         self.finish_needed(blk, st, needed)
+
+    def prepare_comm(self, blk, st: Stmt, info: dict, rule) -> None:
+        """A primitive that communicates (``zyg/tasks/mpi.py``): its reverse communication
+        runs whether or not its values are active, so that every rank's adjoint sends and
+        receives the messages the other ranks' adjoints expect.  ``rule``: its ``CommRule``."""
+        e = st.expr
+        info["kind"] = "comm"
+        info["rule"] = rule
+        info["targets"] = [i for i, a in enumerate(e.args)
+                           if isinstance(a, Var) and a.id in self.p.active and
+                           (i == rule.main or i in rule.local)]
+        stand = [f"_zyg_need_x{k}" for k in range(len(e.args))]
+        texts = [rule.back(stand, "_zyg_need_dy", str)] + \
+            [f(stand, "_zyg_need_dy", str) for f in rule.local.values()]
+        names = {n.id for t in texts for n in ast.walk(ast.parse(t, mode="eval"))
+                 if isinstance(n, ast.Name)}
+        used = {k for k, n in enumerate(stand) if n in names}
+        if rule.like is not None:
+            used.add(rule.like)     # a zero cotangent of the result's shape, when inactive
+        info["used"] = used
+        for i in info["targets"]:
+            self.need_shadow(blk, e.args[i])
+        self.prepare_loop_alloc(blk, st, info)
+        self.finish_needed(blk, st, [e.args[k] for k in sorted(used)])
+
+    def adjoint_comm(self, st: Stmt, info: dict, local: Dict[str, str], ind: int, code: Code) -> None:
+        """The reverse communication of a primitive prepared by :meth:`prepare_comm`."""
+        e = st.expr
+        rule = info["rule"]
+        x = [self.operand_value(a, local) if k in info["used"] else "None"
+             for k, a in enumerate(e.args)]
+        if st.var is not None and self.arr_active(st.var):
+            dy = self.cot(st.var, local)
+        elif rule.like is not None:
+            dy = f"np.zeros_like({x[rule.like]})"
+        else:
+            dy = "None"
+
+        def ref(name: str) -> str:
+            return self.ns.ref(rule.helpers[name], f"_zyg_{name}")
+
+        g = f"_g{self.new_tmp()}"
+        code.add(ind, f"{g} = {rule.back(x, dy, ref)}", st.loc)
+        parts = [(rule.main, g)] if rule.main is not None else []
+        parts += [(i, f(x, dy, ref)) for i, f in rule.local.items()]
+        for i, text in parts:
+            if i not in info["targets"]:
+                continue
+            a = e.args[i]
+            ne = self.nd_of(st.var) if not self.is_arr(a) and st.var is not None and \
+                self.is_arr(st.var) else -1
+            self.accumulate(a, text, ne, local, ind, code, st.loc, False)
 
     def fancy_kinds(self, spec, ops) -> Optional[List[str]]:
         """The kinds of the index operands when the index has an array part, else None."""
@@ -1106,6 +1161,12 @@ class ArrayMixin:
             elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
             self.consume(st.var, loop, ind, code)
+            self.restore_alloc(st, info, local, ind, code)
+            return
+        if kind == "comm":
+            self.adjoint_comm(st, info, local, ind, code)
+            if st.var is not None and self.is_arr(st.var):
+                self.consume(st.var, loop, ind, code)
             self.restore_alloc(st, info, local, ind, code)
             return
         if kind == "rule":

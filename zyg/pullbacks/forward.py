@@ -339,6 +339,10 @@ class Forward:
                 a2[i] = self.t(ops[i])
                 terms.append(self.call_src(st, a2))
             return " + ".join(terms) if terms else self.zero_like(st)
+        if getattr(fn, "_zyg_comm", None) is not None:
+            raise self.err(st, "forward mode (jvp, hvp, hessian, jacobian in forward mode) through "
+                               "MPI communication is not supported yet; reverse mode is "
+                               "(zyg.grad, value_and_grad, vjp)")
         r = dispatch.rule_for(fn)
         if r is None:
             raise self.err(st, f"no forward rule for {callee_name(fn)} on arrays")

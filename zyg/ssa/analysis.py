@@ -534,6 +534,11 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
                     continue
                 if st.var is None or st.var.id in varied or not diffable(st.var):
                     continue
+                if getattr(st.expr.fn, "_zyg_comm", None) is not None:
+                    # a message may carry another rank's varied values (zyg/tasks/mpi.py)
+                    varied.add(st.var.id)
+                    changed = True
+                    continue
                 if nondiff(st.expr.fn):
                     continue
                 if any(isinstance(a, Var) and a.id in varied for a in st.expr.operands()):
@@ -567,6 +572,13 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
                             and val.id not in useful:
                         useful.add(val.id)
                         changed = True
+                    continue
+                if getattr(st.expr.fn, "_zyg_comm", None) is not None:
+                    # what a rank sends may reach another rank's result (zyg/tasks/mpi.py)
+                    for a in st.expr.operands():
+                        if isinstance(a, Var) and a.id not in useful and diffable(a):
+                            useful.add(a.id)
+                            changed = True
                     continue
                 if st.var is not None and st.var.id in useful and not nondiff(st.expr.fn):
                     for a in st.expr.operands():

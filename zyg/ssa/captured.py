@@ -208,7 +208,8 @@ def is_stable_module(v: Any, library: set) -> bool:
 
 
 # packages whose functions are never inlined: they are reached through rules
-_LIBRARY_PACKAGES = {"numpy", "numba", "math", "cmath", "builtins", "scipy", "zyg", "operator"}
+_LIBRARY_PACKAGES = {"numpy", "numba", "math", "cmath", "builtins", "scipy", "zyg", "operator",
+                     "numba_mpi", "mpi4py"}
 
 
 class Closure:

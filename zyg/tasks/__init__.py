@@ -7,9 +7,11 @@
 * Processes: the objects ``zyg.grad``, ``value_and_grad``, ``jacobian`` and ``hessian``
   return pickle (:mod:`zyg.tasks.pickling`): by reference to an importable function, by
   value (source, closure, globals) otherwise.
+* MPI: calls of numba-mpi inside differentiated code are reversed (:mod:`zyg.tasks.mpi`,
+  docs/parallel.md).
 """
-from . import pickling
+from . import mpi, pickling
 
 pickling.install()
 
-__all__ = ["pickling"]
+__all__ = ["mpi", "pickling"]

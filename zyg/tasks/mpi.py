@@ -1,0 +1,325 @@
+"""Differentiating programs that communicate with MPI through numba-mpi (issue 26).
+
+Every rank calls the gradient; each rank receives the derivative of the sum over ranks of
+the ranks' outputs with respect to its own inputs (Enzyme's semantics).  The calls are
+reversed as in ``../shared/CUDA_AND_TASKS.md`` section 5:
+
+============================  =====================================================
+primal                        adjoint
+============================  =====================================================
+``allreduce(x, r)`` (SUM)     ``dx += allreduce_SUM(dr)``; ``dr`` zeroed
+``bcast(x, root)``            ``dx_root += reduce_SUM(dx)``; the other ranks' ``dx`` zeroed
+``reduce(x, r, SUM, root)``   ``dx += bcast(dr_root)``; ``dr`` zeroed on the root
+``send(x, dest, tag)``        receive from ``dest`` into a temporary, add it into ``dx``
+``recv(x, source, tag)``      send ``dx`` to ``source``, zero ``dx``; ``x`` rewound
+``sendrecv(s, d, r, src)``    ``sendrecv(dr -> src, tmp <- d)``, ``ds += tmp``
+============================  =====================================================
+
+How: the front end (:func:`_lower_mpi`, a hook of ``zyg/ssa/hooks.CALL_LOWERINGS``) turns
+each call into a write of a value computed by a functional primitive of this module,
+``r[...] = allreduce_sum(x)``, so that the rewinding of ``r`` is the ordinary rewinding of a
+write.  The primitives *communicate* (``_zyg_comm``): activity analysis treats their
+results as varied and their operands as useful, and the adjoint runs their reverse
+communication whether or not the values are active (with a zero cotangent where nothing
+is), so that the ranks' adjoint messages stay matched (``pullbacks/arrays.prepare_comm``).
+
+Point-to-point messages of the adjoint travel between the same pairs of ranks as the
+primal's, in the reverse order, with the primal message's tag: the reverse of a send
+receives with the send's tag, the reverse of a receive sends with the receive's tag, or
+with tag 0 where the receive took any tag (numba-mpi drops the status that would name it;
+MPI keeps the order of one pair's messages, so the reverse matches them in order).  A
+receive with any tag of a message sent with a tag other than 0 therefore has no matching
+reverse: give such receives the sender's tag.
+Not supported yet (a ``zyg.UnsupportedSyntax`` at the call): ``MIN``/``MAX`` reductions,
+receives from ``ANY_SOURCE``, non-blocking calls (``isend``, ``irecv``, ``wait*``),
+``scatter``/``gather``/``allgather``; forward mode through communication.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+
+from ..ssa import analysis, hooks
+from ..ssa.analysis import array_kind, is_array
+
+# numba-mpi (an optional dependency: pip install "zyg[mpi]") is imported when differentiated
+# code first calls it (importing it starts MPI): see _ensure
+_mpi: Any = None
+_Op: Any = None
+ANY_SOURCE = -2     # MPI's "any source" and "any tag" (mpi4py's values, set by _ensure)
+ANY_TAG = -1
+
+
+def _ensure() -> None:
+    global _mpi, _Op, ANY_SOURCE, ANY_TAG
+    if _mpi is None:
+        import numba_mpi
+        from mpi4py import MPI
+        _mpi, _Op = numba_mpi, numba_mpi.Operator
+        ANY_SOURCE, ANY_TAG = int(MPI.ANY_SOURCE), int(MPI.ANY_TAG)
+        for name, k in (("rank", "int"), ("size", "int"), ("barrier", "int"), ("wtime", "float"),
+                        ("initialized", "bool"), ("query_thread", "int")):
+            f = getattr(numba_mpi, name, None)
+            if f is not None:       # called as they are: their kinds without running them
+                analysis.KIND_HOOKS[getattr(f, "py_func", f)] = (lambda k: lambda kinds, consts: k)(k)
+
+
+# -- the primitives (run by the python target; numba compiles them on cpu) -------------------
+
+def allreduce_sum(x):
+    """The elementwise sum of ``x`` over the ranks (a number becomes a 1-element array)."""
+    a = np.atleast_1d(np.asarray(x))
+    out = np.empty_like(a)
+    _mpi.allreduce(a, out, _Op.SUM)
+    return out
+
+
+def bcast_from(x, root):
+    """``x`` of rank ``root``, on every rank."""
+    out = np.ascontiguousarray(x).copy()
+    _mpi.bcast(out, root)
+    return out
+
+
+def reduce_sum(x, old, root):
+    """On rank ``root``: the elementwise sum of ``x`` over the ranks; elsewhere ``old``."""
+    a = np.atleast_1d(np.asarray(x))
+    out = np.ascontiguousarray(old).copy()
+    _mpi.reduce(a, out, _Op.SUM, root)
+    return out
+
+
+def send_to(x, dest, tag):
+    """Send ``x`` to rank ``dest``; the MPI status (0)."""
+    return _mpi.send(np.ascontiguousarray(x), dest, tag)
+
+
+def recv_from(like, source, tag):
+    """An array like ``like`` received from rank ``source``."""
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    out = np.empty_like(np.ascontiguousarray(like))
+    _mpi.recv(out, source, tag)
+    return out
+
+
+def sendrecv_(x, dest, like, source, sendtag, recvtag):
+    """Send ``x`` to ``dest`` while receiving an array like ``like`` from ``source``."""
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    out = np.empty_like(np.ascontiguousarray(like))
+    _mpi.sendrecv(np.ascontiguousarray(x), dest, out, source, sendtag, recvtag)
+    return out
+
+
+# -- their adjoints ----------------------------------------------------------------------------
+
+def bcast_back(dy, root):
+    """Cotangent of ``bcast_from``'s operand: the sum of the ranks' ``dy`` on the root, zero
+    elsewhere."""
+    d = np.ascontiguousarray(dy)
+    out = np.zeros_like(d)
+    _mpi.reduce(d, out, _Op.SUM, root)
+    if _mpi.rank() != root:
+        out[...] = 0.0
+    return out
+
+
+def reduce_back(dy, root):
+    """Cotangent of ``reduce_sum``'s first operand: the root's ``dy``, on every rank."""
+    out = np.ascontiguousarray(dy).copy()
+    _mpi.bcast(out, root)
+    return out
+
+
+def reduce_keep(dy, root):
+    """Cotangent of ``reduce_sum``'s second operand (kept where the rank is not the root)."""
+    if _mpi.rank() == root:
+        return np.zeros_like(dy)
+    return dy.copy()
+
+
+def send_back(like, dest, tag):
+    """Cotangent of ``send_to``'s array: received from ``dest`` with the send's tag (sent by
+    the reverse of the matching receive)."""
+    out = np.empty_like(np.ascontiguousarray(like))
+    _mpi.recv(out, dest, tag)
+    return out
+
+
+def recv_back(dy, source, tag):
+    """The reverse of a receive: send its cotangent back to ``source``."""
+    t = 0 if tag < 0 else tag
+    return _mpi.send(np.ascontiguousarray(dy), source, t)
+
+
+def sendrecv_back(dy, source, like, dest, sendtag, recvtag):
+    """The reverse of ``sendrecv_``: ``dy`` goes back to ``source`` while the cotangent of the
+    sent array comes back from ``dest`` (with the primal send's tag)."""
+    out = np.empty_like(np.ascontiguousarray(like))
+    t = 0 if recvtag < 0 else recvtag
+    _mpi.sendrecv(np.ascontiguousarray(dy), source, out, dest, t, sendtag)
+    return out
+
+
+# -- what the emitter needs to know --------------------------------------------------------------
+
+class CommRule:
+    """The reverse of a communicating primitive (``pullbacks/arrays.prepare_comm``).
+
+    ``back(x, dy)`` -> the source of the reverse communication (always run), given the
+    sources of the operands ``x`` and of the result's cotangent ``dy``; its value is the
+    contribution to operand ``main`` (None: a status, no contribution).  ``local[i](x, dy)``:
+    a contribution to operand ``i`` without communication.  ``like``: the operand whose
+    shape and dtype the result has (its cotangent is zero where the result is inactive);
+    None where the result is a status."""
+
+    def __init__(self, back: Callable, main: Optional[int], like: Optional[int],
+                 local: Optional[Dict[int, Callable]] = None):
+        self.back = back
+        self.main = main
+        self.like = like
+        self.local = local or {}
+        self.helpers = HELPERS
+
+
+def _kind_like(i: int):
+    def kind(kinds):
+        k = kinds[i]
+        return k if is_array(k) else array_kind("float64" if k == "float" else "int64", 1)
+    return kind
+
+
+#: the helpers the reverse code calls, by name (filled below)
+HELPERS: Dict[str, Callable] = {}
+
+
+def _declare(fn, rule: CommRule, kind) -> None:
+    fn._zyg_comm = rule
+    fn._zyg_kind = kind
+    # numba-mpi's calls hold ctypes pointers of this process's MPI library: code calling them
+    # is compiled in every process, never loaded from numba's disk cache
+    fn._zyg_uncacheable = True
+
+
+_declare(allreduce_sum, CommRule(lambda x, dy, r: f"{r('allreduce_sum')}({dy})", 0, 0), _kind_like(0))
+_declare(bcast_from, CommRule(lambda x, dy, r: f"{r('bcast_back')}({dy}, {x[1]})", 0, 0), _kind_like(0))
+_declare(reduce_sum, CommRule(lambda x, dy, r: f"{r('reduce_back')}({dy}, {x[2]})", 0, 1,
+                              {1: lambda x, dy, r: f"{r('reduce_keep')}({dy}, {x[2]})"}), _kind_like(1))
+_declare(send_to, CommRule(lambda x, dy, r: f"{r('send_back')}({x[0]}, {x[1]}, {x[2]})", 0, None),
+         lambda kinds: "int")
+_declare(recv_from, CommRule(lambda x, dy, r: f"{r('recv_back')}({dy}, {x[1]}, {x[2]})", None, 0),
+         _kind_like(0))
+_declare(sendrecv_, CommRule(lambda x, dy, r: f"{r('sendrecv_back')}({dy}, {x[3]}, {x[0]}, {x[1]}, "
+                                             f"{x[4]}, {x[5]})", 0, 2), _kind_like(2))
+
+HELPERS.update({f.__name__: f for f in (allreduce_sum, bcast_back, reduce_back, reduce_keep,
+                                         send_back, recv_back, sendrecv_back)})
+for _f in HELPERS.values():
+    _f._zyg_uncacheable = True
+
+
+# -- the front end's hook ------------------------------------------------------------------------
+
+_PASS_THROUGH = ("rank", "size", "barrier", "wtime", "initialized", "query_thread")
+_WRITES = {"allreduce": "recvobj", "bcast": "data", "reduce": "recvobj", "recv": "data",
+           "sendrecv": "recvdata"}
+
+
+def _mpi_name(fn) -> Optional[str]:
+    """The name of a numba-mpi function (None for anything else)."""
+    mod = getattr(getattr(fn, "py_func", fn), "__module__", None)
+    if not isinstance(mod, str) or not mod.startswith("numba_mpi"):
+        return None
+    _ensure()
+    for name in ("allreduce", "bcast", "reduce", "send", "recv", "sendrecv", "isend", "irecv",
+                 "wait", "waitall", "waitany", "test", "testall", "testany", "scatter",
+                 "gather", "allgather") + _PASS_THROUGH:
+        if getattr(_mpi, name, None) is fn and fn is not None:
+            return name
+    return None
+
+
+def _bind(low, fn, name: str, node) -> Dict[str, Any]:
+    py = getattr(fn, "py_func", fn)
+    try:
+        bound = inspect.signature(py).bind(*node.args, **{k.arg: k.value for k in node.keywords})
+    except TypeError as e:
+        raise low.unsupported(node, f"numba_mpi.{name}(): {e}")
+    if any(k.arg is None for k in node.keywords):
+        raise low.unsupported(node, f"numba_mpi.{name}(): pass the arguments by name or position")
+    return dict(bound.arguments)
+
+
+def _known(low, node) -> Any:
+    """The value of a constant operand (a literal, a global, ``Operator.SUM``), else None."""
+    import gast
+    if isinstance(node, gast.Constant):
+        return node.value
+    if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub) and \
+            isinstance(node.operand, gast.Constant):
+        return -node.operand.value
+    if isinstance(node, (gast.Name, gast.Attribute)):
+        return low.static_value(node)
+    return None
+
+
+def _lower_mpi(low, fn, node, hint: str):
+    """``numba_mpi.allreduce(x, r)`` and the others: a write of a communicating primitive's
+    value (this module's docstring)."""
+    name = _mpi_name(fn)
+    if name is None:
+        return None
+    from ..ssa.desugar import _write_out
+    from ..ssa.ir import Const
+    if name in _PASS_THROUGH:
+        return None         # called as it is: a library function (no gradient)
+    if name in ("isend", "irecv", "wait", "waitall", "waitany", "test", "testall", "testany",
+                "scatter", "gather", "allgather"):
+        raise low.unsupported(node, f"numba_mpi.{name}() is not supported in differentiated code yet",
+                              "use the blocking calls (send, recv, sendrecv) and the collectives "
+                              "allreduce, bcast, reduce (docs/parallel.md)")
+    got = _bind(low, fn, name, node)
+    if name in ("allreduce", "reduce"):
+        opn = got.get("operator")
+        op = _Op.SUM if opn is None else _known(low, opn)
+        if op is None:
+            raise low.unsupported(opn, f"numba_mpi.{name}(): the operator must be a constant "
+                                       "(numba_mpi.Operator.SUM)")
+        if int(op) != int(_Op.SUM):
+            raise low.unsupported(node, f"numba_mpi.{name}() with operator MIN or MAX is not "
+                                        "differentiated yet (only SUM)",
+                                  "reduce with SUM, or wrap the result in zyg.stop_gradient")
+    if name in ("recv", "sendrecv"):
+        src = got.get("source")
+        if src is None or _known(low, src) == ANY_SOURCE:
+            raise low.unsupported(node, f"numba_mpi.{name}() from any source cannot be reversed "
+                                        "(numba-mpi drops the status that names the sender)",
+                                  "pass source= explicitly")
+
+    def ex(key, default=None):
+        v = got.get(key)
+        return low.expr(v) if v is not None else Const(default)
+
+    what = f"numba_mpi.{name}()"
+    if name == "allreduce":
+        value = low.emit(allreduce_sum, [ex("sendobj")], node, hint)
+    elif name == "bcast":
+        value = low.emit(bcast_from, [ex("data"), ex("root")], node, hint)
+    elif name == "reduce":
+        value = low.emit(reduce_sum, [ex("sendobj"), ex("recvobj"), ex("root")], node, hint)
+    elif name == "send":
+        low.emit(send_to, [ex("data"), ex("dest"), ex("tag", 0)], node, hint)
+        return Const(0)
+    elif name == "recv":
+        value = low.emit(recv_from, [ex("data"), ex("source"), ex("tag", ANY_TAG)], node, hint)
+    else:   # sendrecv
+        value = low.emit(sendrecv_, [ex("senddata"), ex("dest"), ex("recvdata"), ex("source"),
+                                     ex("sendtag", 0), ex("recvtag", ANY_TAG)], node, hint)
+    _write_out(low, node, got[_WRITES[name]], value, what, "unsafe", True)
+    return Const(0)         # MPI_SUCCESS: numba-mpi's status
+
+
+hooks.CALL_LOWERINGS.insert(0, _lower_mpi)
