@@ -18,6 +18,14 @@ import pytest
 # zyg's own tests run compiled code with bounds checking: an index error is an IndexError
 # on both targets instead of garbage or a crash (docs/numerics.md)
 os.environ.setdefault("ZYG_BOUNDSCHECK", "1")
+# ... and numba's optimisation level 0 (ZYG_TEST_NUMBA_OPT=3 runs them at numba's default):
+# the tests check values, not speed, and LLVM's optimisation is most of a first call's
+# compile (the cpu cases of test_loop_locals_lists.py and test_last13.py: 343 s -> 135 s).
+# Without fastmath (zyg never asks for it) LLVM's levels give the same floating-point
+# results. The demo (test_cli.test_demo_quick) and the long property runs compile at
+# numba's default level; the level is part of the generated code's cache key
+# (numerics.options_tag), so a cache shared with other runs never mixes the two.
+os.environ["NUMBA_OPT"] = os.environ.get("ZYG_TEST_NUMBA_OPT", "0")
 
 import zyg  # noqa: E402
 import zyg.ssa.passes  # noqa: E402

@@ -40,8 +40,10 @@ POW = textwrap.dedent("""
 """)
 
 
-def zyg_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def zyg_cli(*args: str, cwd: Path = ROOT, default_opt: bool = False) -> subprocess.CompletedProcess:
     env = dict(os.environ)
+    if default_opt:
+        env.pop("NUMBA_OPT", None)      # numba's default level, as users run it (conftest.py)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return subprocess.run([sys.executable, "-m", "zyg", *args], cwd=str(cwd), env=env,
                           capture_output=True, text=True, timeout=600)
@@ -137,7 +139,7 @@ def test_parse_args_literal():
 
 
 def test_demo_quick():
-    r = zyg_cli("demo", "--quick")
+    r = zyg_cli("demo", "--quick", default_opt=True)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     errors = [float(e) for e in re.findall(r"rel\. error ([0-9.]+e[+-]\d+)", out)]

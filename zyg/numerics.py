@@ -68,10 +68,13 @@ def numba_options() -> Dict[str, Any]:
 
 
 def options_tag() -> str:
-    """A line naming the numba options in force; it goes into the text of code generated
-    for the cpu target (``zyg/backends/cpu.py``), so that code compiled otherwise has
-    another file hash, module name and numba cache."""
-    return "# target cpu: numba " + ", ".join(f"{k}={v!r}" for k, v in sorted(numba_options().items()))
+    """A line naming the numba options in force and numba's optimisation level
+    (``NUMBA_OPT``); it goes into the text of code generated for the cpu target
+    (``zyg/backends/cpu.py``), so that code compiled otherwise has another file hash,
+    module name and numba cache."""
+    from numba.core import config
+    opts = {**numba_options(), "opt": int(getattr(config, "OPT", 3))}   # NUMBA_OPT
+    return "# target cpu: numba " + ", ".join(f"{k}={v!r}" for k, v in sorted(opts.items()))
 
 
 def njit(fn: Callable = None, **kw):
