@@ -188,7 +188,10 @@ class CommRule:
 def _kind_like(i: int):
     def kind(kinds):
         k = kinds[i]
-        return k if is_array(k) else array_kind("float64" if k == "float" else "int64", 1)
+        if is_array(k):
+            return k
+        return array_kind({"float": "float64", "int": "int64", "bool": "bool",
+                           "complex": "complex128"}.get(k, "float64"), 1)
     return kind
 
 
@@ -239,7 +242,8 @@ def _mpi_name(fn) -> Optional[str]:
                  "gather", "allgather") + _PASS_THROUGH:
         if getattr(_mpi, name, None) is fn and fn is not None:
             return name
-    return None
+    return "?"      # another function of numba-mpi: refused (running it to find its kind
+                    # would communicate)
 
 
 def _bind(low, fn, name: str, node) -> Dict[str, Any]:
@@ -276,6 +280,10 @@ def _lower_mpi(low, fn, node, hint: str):
     from ..ssa.ir import Const
     if name in _PASS_THROUGH:
         return None         # called as it is: a library function (no gradient)
+    if name == "?":
+        what = getattr(getattr(fn, "py_func", fn), "__name__", "this function")
+        raise low.unsupported(node, f"numba_mpi.{what}() is not supported in differentiated code",
+                              "docs/parallel.md lists the numba-mpi calls zyg reverses")
     if name in ("isend", "irecv", "wait", "waitall", "waitany", "test", "testall", "testany",
                 "scatter", "gather", "allgather"):
         raise low.unsupported(node, f"numba_mpi.{name}() is not supported in differentiated code yet",
