@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("numba_mpi", reason='the MPI tests need pip install ".[mpi]"')
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = ("allreduce", "heat", "bcast_reduce", "ring", "tags", "inactive")
+CASES = ("allreduce", "heat", "bcast_reduce", "ring", "tags", "inactive", "forward")
 
 
 def mpiexec() -> str:

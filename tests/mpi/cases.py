@@ -283,8 +283,48 @@ def case_inactive():
         yield t
 
 
+# -- 7. forward mode and forward over reverse: jvp and hvp through every call ------------------
+
+def case_forward():
+    """``jvp``: the sum over ranks of the output tangents is the sum over ranks of
+    gradient . tangent (both are the directional derivative of the sum of the outputs).
+    ``hvp``: the derivative of every rank's gradient along every rank's direction at once,
+    against central differences of the gradients."""
+    rng = np.random.default_rng(6 + RANK)
+    m = 4
+    progs = [heat_mpi_3, ring, tagged_same, bcast_reduce_one]
+    for t in TARGETS:
+        for k, f in enumerate(progs):
+            x = rng.standard_normal(m)
+            v = rng.standard_normal(m)
+            g = zyg.grad(f, target=t)(x.copy())
+            y, ty = zyg.jvp(f, (x.copy(),), (v.copy(),), target=t)
+            close(sum_over_ranks(ty), sum_over_ranks(np.dot(g, v)), f"jvp of {f.__name__} ({t})")
+            close(y, f(x.copy()), f"jvp value of {f.__name__} ({t})")
+            if t == "cpu" and k:
+                continue        # second-order code compiles slowly: the halo exchange's on cpu
+            hv = zyg.hvp(f, x.copy(), v.copy(), target=t)
+            eps = 1e-5
+            fd = (zyg.grad(f, target=t)(x + eps * v) - zyg.grad(f, target=t)(x - eps * v)) / (2 * eps)
+            close(hv, fd, f"hvp of {f.__name__} ({t})", 1e-5, 1e-7)
+        yield t
+
+
+def heat_mpi_3(x):
+    return heat_mpi(x, 3)
+
+
+def tagged_same(x):
+    return tagged(x[:2].copy(), x[2:].copy())
+
+
+def bcast_reduce_one(x):
+    return bcast_reduce(x[:3].copy(), x)
+
+
 CASES = {"allreduce": case_allreduce, "heat": case_heat, "bcast_reduce": case_bcast_reduce,
-         "ring": case_ring, "tags": case_tags, "inactive": case_inactive}
+         "ring": case_ring, "tags": case_tags, "inactive": case_inactive,
+         "forward": case_forward}
 
 if __name__ == "__main__":
     zyg.set_compile_notice(0)

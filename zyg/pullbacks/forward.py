@@ -206,6 +206,16 @@ class Forward:
         if is_reshape(fn) and self.is_view(st.var):
             self.reshapes.check_code(st, args[0], ind, code)
         code.add(ind, lhs + self.call_src(st, args), st.loc)
+        linear = getattr(fn, "_zyg_linear", None)
+        if linear is not None:
+            # communication (zyg/tasks/mpi.py), linear in the operands listed: the tangents
+            # travel as the values did, whether or not they are active here, so that every
+            # rank's tangent messages are matched
+            tan = self.call_src(st, [self.tz(a) if i in linear else s
+                                     for i, (a, s) in enumerate(zip(e.args, args))])
+            active = st.var is not None and self.active(st.var)
+            code.add(ind, f"{'t_' + var_name(st.var) if active else '_zyg_t'} = {tan}", st.loc)
+            return
         if st.var is None or not self.active(st.var):
             return
         tan = self.tangent(st, args)
@@ -339,10 +349,6 @@ class Forward:
                 a2[i] = self.t(ops[i])
                 terms.append(self.call_src(st, a2))
             return " + ".join(terms) if terms else self.zero_like(st)
-        if getattr(fn, "_zyg_comm", None) is not None:
-            raise self.err(st, "forward mode (jvp, hvp, hessian, jacobian in forward mode) through "
-                               "MPI communication is not supported yet; reverse mode is "
-                               "(zyg.grad, value_and_grad, vjp)")
         r = dispatch.rule_for(fn)
         if r is None:
             raise self.err(st, f"no forward rule for {callee_name(fn)} on arrays")

@@ -534,7 +534,7 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
                     continue
                 if st.var is None or st.var.id in varied or not diffable(st.var):
                     continue
-                if getattr(st.expr.fn, "_zyg_comm", None) is not None:
+                if getattr(st.expr.fn, "_zyg_linear", None) is not None:
                     # a message may carry another rank's varied values (zyg/tasks/mpi.py)
                     varied.add(st.var.id)
                     changed = True
@@ -573,7 +573,7 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
                         useful.add(val.id)
                         changed = True
                     continue
-                if getattr(st.expr.fn, "_zyg_comm", None) is not None:
+                if getattr(st.expr.fn, "_zyg_linear", None) is not None:
                     # what a rank sends may reach another rank's result (zyg/tasks/mpi.py)
                     for a in st.expr.operands():
                         if isinstance(a, Var) and a.id not in useful and diffable(a):

@@ -32,7 +32,9 @@ receive with any tag of a message sent with a tag other than 0 therefore has no 
 reverse: give such receives the sender's tag.
 Not supported yet (a ``zyg.UnsupportedSyntax`` at the call): ``MIN``/``MAX`` reductions,
 receives from ``ANY_SOURCE``, non-blocking calls (``isend``, ``irecv``, ``wait*``),
-``scatter``/``gather``/``allgather``; forward mode through communication.
+``scatter``/``gather``/``allgather``.  Forward mode (``jvp``) sends the tangents as the
+primal sent the values, and forward over the reverse code (``hvp``, ``hessian``) does the
+same with the reverse code's messages.
 """
 from __future__ import annotations
 
@@ -199,29 +201,45 @@ def _kind_like(i: int):
 HELPERS: Dict[str, Callable] = {}
 
 
-def _declare(fn, rule: CommRule, kind) -> None:
-    fn._zyg_comm = rule
+def _declare(fn, rule: Optional[CommRule], kind, linear: tuple) -> None:
+    """``fn`` communicates: ``rule`` reverses it (None for the helpers of reverse code, which
+    are only differentiated in forward mode), ``kind(kinds)`` is its result's kind (never
+    found by running it, which would communicate), and it is linear in the operands at
+    ``linear``: its tangent is ``fn`` applied to their tangents (forward mode, and forward
+    over the reverse code for Hessian-vector products).  Activity treats every such
+    function's result as varied and its operands as useful (``ssa/analysis.activity``)."""
+    if rule is not None:
+        fn._zyg_comm = rule
     fn._zyg_kind = kind
+    fn._zyg_linear = linear
     # numba-mpi's calls hold ctypes pointers of this process's MPI library: code calling them
     # is compiled in every process, never loaded from numba's disk cache
     fn._zyg_uncacheable = True
 
 
-_declare(allreduce_sum, CommRule(lambda x, dy, r: f"{r('allreduce_sum')}({dy})", 0, 0), _kind_like(0))
-_declare(bcast_from, CommRule(lambda x, dy, r: f"{r('bcast_back')}({dy}, {x[1]})", 0, 0), _kind_like(0))
+_declare(allreduce_sum, CommRule(lambda x, dy, r: f"{r('allreduce_sum')}({dy})", 0, 0),
+         _kind_like(0), (0,))
+_declare(bcast_from, CommRule(lambda x, dy, r: f"{r('bcast_back')}({dy}, {x[1]})", 0, 0),
+         _kind_like(0), (0,))
 _declare(reduce_sum, CommRule(lambda x, dy, r: f"{r('reduce_back')}({dy}, {x[2]})", 0, 1,
-                              {1: lambda x, dy, r: f"{r('reduce_keep')}({dy}, {x[2]})"}), _kind_like(1))
+                              {1: lambda x, dy, r: f"{r('reduce_keep')}({dy}, {x[2]})"}),
+         _kind_like(1), (0, 1))
 _declare(send_to, CommRule(lambda x, dy, r: f"{r('send_back')}({x[0]}, {x[1]}, {x[2]})", 0, None),
-         lambda kinds: "int")
+         lambda kinds: "int", (0,))
 _declare(recv_from, CommRule(lambda x, dy, r: f"{r('recv_back')}({dy}, {x[1]}, {x[2]})", None, 0),
-         _kind_like(0))
+         _kind_like(0), ())
 _declare(sendrecv_, CommRule(lambda x, dy, r: f"{r('sendrecv_back')}({dy}, {x[3]}, {x[0]}, {x[1]}, "
-                                             f"{x[4]}, {x[5]})", 0, 2), _kind_like(2))
+                                             f"{x[4]}, {x[5]})", 0, 2), _kind_like(2), (0,))
+# the reverse code's helpers: linear in the cotangent they move
+_declare(bcast_back, None, _kind_like(0), (0,))
+_declare(reduce_back, None, _kind_like(0), (0,))
+_declare(reduce_keep, None, _kind_like(0), (0,))
+_declare(send_back, None, _kind_like(0), ())
+_declare(recv_back, None, lambda kinds: "int", (0,))
+_declare(sendrecv_back, None, _kind_like(2), (0,))
 
 HELPERS.update({f.__name__: f for f in (allreduce_sum, bcast_back, reduce_back, reduce_keep,
                                          send_back, recv_back, sendrecv_back)})
-for _f in HELPERS.values():
-    _f._zyg_uncacheable = True
 
 
 # -- the front end's hook ------------------------------------------------------------------------
