@@ -72,6 +72,9 @@ class Forward:
         self.fn = p.fn
         self.ns = Namespace(p.backend.wrap)
         self.act: Set[int] = set(p.active)
+        # False: the jvp writes into the caller's arrays and tangents in place (one iteration
+        # of a parallel loop, zyg/tasks/prange.py: nothing of the loop's size copied per call)
+        self.copy_args = True
 
     # -- helpers -------------------------------------------------------------------------
     def kind(self, a) -> str:
@@ -423,7 +426,7 @@ class Forward:
             q = next(q for q in fn.params if q.id == i)
             self.reshapes.check_code(st, "", 1, code, [var_name(q)])
         for q in fn.params:
-            if is_array(self.kind(q)):
+            if is_array(self.kind(q)) and self.copy_args:
                 # jvp leaves the caller's arrays as they were
                 code.add(1, f"{var_name(q)} = {var_name(q)}.copy()")
                 if self.active(q):

@@ -280,6 +280,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         # the code is lowered and differentiated again (forward over reverse): the zero
         # tests are calls of guards.nonzero, which forward mode knows
         self.relowered = False
+        # parameters whose shadows the caller passes to the primal (emit_step): the primal
+        # allocates none for them, and the adjoint accumulates into the caller's arrays
+        self.given_shadows: Set[int] = set()
         self._find_counted_loops()
         self._find_simple_loops()
         self._prepare()
@@ -795,6 +798,8 @@ class Emitter(ArrayMixin, StructuredMixin):
         if record:
             first = blk.id == self.fn.order[0]
             for p in blk.params:
+                if first and p.id in self.given_shadows:
+                    continue
                 if p.id in self.shadow_roots and (first or not self.mutable(p)):
                     self.alloc_shadow(p, i2, code, self.in_loop(blk.id) and not first)
         for st in blk.stmts:
@@ -965,11 +970,13 @@ class Emitter(ArrayMixin, StructuredMixin):
             # (several leaves may share memory, (B, B), (B, B.T), (x, x[0]): each adds
             # into the shadow of its base, a view of it for a view)
             if self.is_active(a):
+                if self.is_arr(a) and self.given_root(a):
+                    continue        # the caller's shadow holds its cotangent already
                 if self.is_arr(a):
                     self.seed_array(a, f"_dy[{k}]", ind, code)
                 else:
                     code.add(ind, f"{self.dname(a)} += _dy[{k}]")
-        if self.is_active(rv):
+        if self.is_active(rv) and not (self.is_arr(rv) and self.given_root(rv)):
             if self.is_arr(rv):
                 self.seed_array(rv, "_dy", ind, code)
             else:
@@ -996,6 +1003,13 @@ class Emitter(ArrayMixin, StructuredMixin):
             self.adjoint_block(blk, i2, code)
         dispatch(code, ind + 1, [b for b in reversed(fn.order) if b not in self.a_inline
                                  and (b not in self.struct_blocks or b in self.struct_roots)], case)
+
+    def given_root(self, a) -> bool:
+        """Is array ``a`` (a returned value) a parameter whose shadow the caller gives
+        (``emit_step``), or a join of it with itself?"""
+        if not self.given_shadows:
+            return False
+        return self.al.find(a.id) in {self.al.find(g) for g in self.given_shadows}
 
     def seed_array(self, a, dy: str, ind: int, code: Code) -> None:
         """Add the cotangent ``dy`` of returned array ``a`` into its shadow.  The shadow of a
@@ -1373,6 +1387,10 @@ class Emitter(ArrayMixin, StructuredMixin):
                 if self.is_active(p):
                     self.adj_uses.add(self.dname(p))
                     outs.append(self.dname(p))
+                elif p.id in self.given_shadows:
+                    # the caller holds the shadow: nothing to allocate for an inactive one
+                    self.adj_uses.add(var_name(p))
+                    outs.append(var_name(p))
                 else:
                     self.adj_uses.add(var_name(p))
                     outs.append(f"np.zeros({var_name(p)}.shape, {var_name(p)}.dtype)")
@@ -1544,6 +1562,7 @@ def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
     tape += em.tag_scalars + em.count_scalars + sorted(em.adj_uses)
     code = Code()
     params = [var_name(q) for q in p.fn.params] + ([f"_{s}0" for s in sorted(em.stack_used)] if pooled else [])
+    params += [em.dname(q) for q in p.fn.params if q.id in em.given_shadows]
     code.put(0, Def(f"{name}_primal", tuple(params)))
     code.add(1, f'"""Primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}): returns (value, tape)."""')
     em.stack_init(code, 1, pooled=pooled)
@@ -1559,6 +1578,23 @@ def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
     outs = [o + ".copy()" if replay and o in shadow_names else o for o in em.grad_outputs()]
     code.add(1, "return (" + "".join(o + ", " for o in outs) + ")")
     return code, tape
+
+
+def emit_step(p: Plan, name: str) -> Tuple[Code, Namespace, List[str], List[int]]:
+    """``name_primal(*args, *shadows) -> (value, tape)`` and ``name_adjoint(*tape, _dy)`` for
+    one iteration of a parallel loop (``zyg/tasks/prange.py``): the shadows of the float
+    array parameters in ``p.wrt`` are given to the primal, one per such parameter in order
+    (the positions are returned last), and the adjoint adds into them in place -- no array
+    of the loop's size is allocated, zeroed or copied per iteration.  A returned parameter
+    (an array the step writes into) is not seeded from ``_dy``: its given shadow holds its
+    cotangent already.  The adjoint returns the gradients of every float argument (a given
+    shadow itself for an array)."""
+    em = Emitter(p)
+    given = [i for i in p.wrt if is_array(em.kind(p.fn.params[i]))
+             and differentiable(em.kind(p.fn.params[i]))]
+    em.given_shadows = {p.fn.params[i].id for i in given}
+    code, tape = _split_code(em, p, name, pooled=False, replay=False)
+    return code, em.ns, tape, given
 
 
 def emit_split(p: Plan, name: str, relowered: bool = False) -> Tuple[Code, Namespace, List[str], bool]:

@@ -43,6 +43,7 @@ class LoopPrims(NamedTuple):
     ``loop(step, ncarried, names, loc)`` runs the loop, ``part(k)`` reads carried value k."""
     loop: Callable[..., Any]
     part: Callable[[int], Any]
+    parallel: bool = False      # a parallel loop (numba.prange): Lowerer.parallel_loop
 
 
 def has_rule(fn: Any) -> bool:

@@ -22,7 +22,7 @@ import operator
 import sys
 import textwrap
 import types
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import gast
 
@@ -846,6 +846,8 @@ class Lowerer:
     def stmt_For(self, st) -> None:
         it = st.iter
         fn = self.static_value(it.func) if isinstance(it, gast.Call) else None
+        if fn is not None and fn in hooks.LOOPS and hooks.LOOPS[fn].parallel:
+            return self.parallel_loop(st, it, hooks.LOOPS[fn])
         if fn is not None and fn in hooks.LOOPS:
             if st.orelse:
                 raise self.unsupported(st, "'for ... else' over a checkpointed range is not supported",
@@ -1039,24 +1041,7 @@ class Lowerer:
                 raise self.unsupported(st, f"{n!r} is assigned in the checkpointed loop and {why}; "
                                            "give it a value before the loop")
             c_ops.append(v)
-        f_names, f_ops = [], []
-        for n in free:
-            where, fr = self.resolve(n)
-            if where == "static":
-                raise self.unsupported(st, f"the body of a checkpointed loop calls {n!r}, a function "
-                                           "defined or passed inside differentiated code",
-                                       "call module-level functions in the loop body")
-            if where == "var":
-                f_names.append(n)
-                f_ops.append(self._read(fr.prefix + n, self.cur))
-            elif self.global_slot(n, fr) is not None:
-                # the step is lowered later, on its own: its free names are guarded here, and
-                # a captured array is passed to it like a local (read at call time)
-                value = self.lookup_global(gast.Name(id=n, ctx=gast.Load(), annotation=None,
-                                                     type_comment=None), fr)
-                if isinstance(value, np.ndarray):
-                    f_names.append(n)
-                    f_ops.append(self.hidden_param(self.global_slot(n, fr)))
+        f_names, f_ops = self._free_operands(st, free, "checkpointed loop")
         step = self._step_function(st, t, carried, f_names)
         loop = prims.loop(step, len(carried), carried + f_names, self.src.loc(st))
         z = self.emit(loop, [T, start, snaps] + c_ops + f_ops, st, "ckpt")
@@ -1071,6 +1056,99 @@ class Lowerer:
                 self.blocks[self.cur].stmts.append(
                     Stmt(None, Call(SetItem(("s",)), [base, Const(None), Const(None), Const(None), v]),
                          self.src.loc(st)))
+
+    def parallel_loop(self, st, it, prims: "hooks.LoopPrims") -> None:
+        """``for i in numba.prange(...)``: the body becomes a step function of one iteration,
+        ``step(i, *carried, *read) -> carried``, and the loop one call of ``prims.loop``
+        (``zyg/tasks/prange.py``, whose iterations run in parallel forwards and in the
+        adjoint) and one read-out per carried value.  The carried values are the arrays the
+        body writes into and the sum reductions (``s += ...``); every other value the body
+        assigns is private to its iteration, as in numba."""
+        what = "prange loop"
+        if st.orelse:
+            raise self.unsupported(st, "'for ... else' over prange is not supported")
+        if not isinstance(st.target, gast.Name):
+            raise self.unsupported(st.target, "the loop variable of prange must be a plain name")
+        if it.keywords or not 1 <= len(it.args) <= 2 or any(isinstance(a, gast.Starred) for a in it.args):
+            raise self.unsupported(it, "zyg differentiates prange(stop) and prange(start, stop)",
+                                   "write a step other than 1 as an index computed from the loop variable")
+        args = [self.expr(a) for a in it.args]
+        start, stop = (Const(0), args[0]) if len(args) == 1 else args
+        T = self.emit(operator.sub, [stop, start], it, "T")
+        scan = _BodyScan(self, st.body, what)
+        t = st.target.id
+        after = self._loads_after(st)
+        arrays = sorted(scan.mutated - {t})
+        for n in arrays:
+            if n in scan.stores and (n in scan.exposed or n in after):
+                raise self.unsupported(st, f"the prange loop both rebinds {n!r} and writes into it")
+        arrays = [n for n in arrays if n not in scan.stores]
+        sums = []
+        for n in sorted(scan.stores - scan.mutated - {t}):
+            if n not in scan.exposed and n not in after:
+                continue                    # private to an iteration
+            bad = _not_a_sum(st.body, n)
+            if bad is not None or n not in scan.exposed:
+                raise self.unsupported(bad if bad is not None else st,
+                                       f"{n!r} is carried from one iteration of the prange loop "
+                                       "to the next, and is not a sum reduction",
+                                       "only sums (s += x, s -= x, s = s + x) may be carried "
+                                       "between the iterations of a parallel loop; assign other "
+                                       "values to an array element per iteration")
+            sums.append(n)
+        carried = arrays + sums
+        free = sorted(n for n in scan.loads - scan.stores - {t} if n not in carried)
+        c_ops: List[Operand] = []
+        for n in carried:
+            where, fr = self.resolve(n)
+            if where != "var":
+                raise self.unsupported(st, f"the prange loop writes into {n!r}, which is not a "
+                                           "variable of this function",
+                                       "pass the array to the function as an argument")
+            v = self._read(fr.prefix + n, self.cur)
+            if isinstance(v, Undef):
+                raise self.unsupported(st, f"{n!r} is carried by the prange loop; give it a value "
+                                           "before the loop")
+            c_ops.append(v)
+        f_names, f_ops = self._free_operands(st, free, what)
+        step = self._step_function(st, t, carried, f_names, kind="prange_step")
+        # which written arrays are read at elements other than the ones the same iteration
+        # writes (their adjoint adds into shared elements: it runs serially)
+        shared = [n for n in arrays if _reads_elsewhere(st.body, n)]
+        loop = prims.loop(step, len(carried), carried + f_names, self.src.loc(st))
+        loop.fn.arrays, loop.fn.shared = len(arrays), shared
+        z = self.emit(loop, [T, start, Const(0)] + c_ops + f_ops, st, "prange")
+        for k, n in enumerate(carried):
+            v = self.emit(prims.part(k), [z] + c_ops, st, n)
+            if n in sums:
+                self.write(n, self.cur, v)
+            else:
+                base = self._read(self.resolve(n)[1].prefix + n, self.cur)
+                self.blocks[self.cur].stmts.append(
+                    Stmt(None, Call(SetItem(("s",)), [base, Const(None), Const(None), Const(None), v]),
+                         self.src.loc(st)))
+
+    def _free_operands(self, st, free: List[str], what: str) -> Tuple[List[str], List[Operand]]:
+        """The names a loop body only reads, and their values here (a step's free operands)."""
+        f_names, f_ops = [], []
+        for n in free:
+            where, fr = self.resolve(n)
+            if where == "static":
+                raise self.unsupported(st, f"the body of a {what} calls {n!r}, a function "
+                                           "defined or passed inside differentiated code",
+                                       "call module-level functions in the loop body")
+            if where == "var":
+                f_names.append(n)
+                f_ops.append(self._read(fr.prefix + n, self.cur))
+            elif self.global_slot(n, fr) is not None:
+                # the step is lowered later, on its own: its free names are guarded here, and
+                # a captured array is passed to it like a local (read at call time)
+                value = self.lookup_global(gast.Name(id=n, ctx=gast.Load(), annotation=None,
+                                                     type_comment=None), fr)
+                if isinstance(value, np.ndarray):
+                    f_names.append(n)
+                    f_ops.append(self.hidden_param(self.global_slot(n, fr)))
+        return f_names, f_ops
 
     def _loads_after(self, st) -> Set[str]:
         """Names the frame's function reads after the loop ``st`` (anywhere outside it when
@@ -1089,19 +1167,27 @@ class Lowerer:
             stack.extend(gast.iter_child_nodes(n))
         return out
 
-    def _step_function(self, st, t: str, carried: List[str], free: List[str]):
-        """A Python function ``step(t, *carried, *free) -> carried`` whose source is the loop's
-        body (registered as its source, with the body's lines)."""
+    def _step_function(self, st, t: str, carried: List[str], free: List[str],
+                       ret: Optional[List[str]] = None, kind: str = "checkpointed_step"):
+        """A Python function ``step(t, *carried, *free) -> ret`` (``ret``: the carried values
+        unless given; 0.0 when empty) whose source is the loop's body (registered as its
+        source, with the body's lines).  A ``prange`` nested in the body runs serially
+        within its iteration (as numba runs it)."""
         import copy
-        ret = (gast.Name(id=carried[0], ctx=gast.Load(), annotation=None, type_comment=None)
-               if len(carried) == 1 else
-               gast.Tuple(elts=[gast.Name(id=c, ctx=gast.Load(), annotation=None, type_comment=None)
-                                for c in carried], ctx=gast.Load()))
+        names = carried if ret is None else ret
+        if not names:
+            ret = gast.Constant(value=0.0, kind=None)
+        elif len(names) == 1:
+            ret = gast.Name(id=names[0], ctx=gast.Load(), annotation=None, type_comment=None)
+        else:
+            ret = gast.Tuple(elts=[gast.Name(id=c, ctx=gast.Load(), annotation=None, type_comment=None)
+                                   for c in names], ctx=gast.Load())
         body = [_ContinueToReturn(ret).visit(copy.deepcopy(b)) for b in st.body]
+        body = [_SerialInner(self).visit(b) for b in body]
         body.append(gast.Return(value=copy.deepcopy(ret)))
         params = [gast.Name(id=p, ctx=gast.Param(), annotation=None, type_comment=None)
                   for p in [t] + carried + free]
-        name = f"checkpointed_step_{self.src.loc(st).lineno}"
+        name = f"{kind}_{self.src.loc(st).lineno}"
         fdef = gast.FunctionDef(name=name, args=gast.arguments(
             args=params, posonlyargs=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
             defaults=[]), body=body, decorator_list=[], returns=None, type_comment=None, type_params=[])
@@ -1942,8 +2028,9 @@ class _BodyScan:
     ``mutated`` (arrays written through a subscript) and ``exposed`` (names read before
     the body assigns them on some path: values carried from the previous iteration)."""
 
-    def __init__(self, low: "Lowerer", body):
+    def __init__(self, low: "Lowerer", body, what: str = "checkpointed loop"):
         self.low = low
+        self.what = what
         self.loads: Set[str] = set()
         self.stores: Set[str] = set()
         self.mutated: Set[str] = set()
@@ -1980,11 +2067,11 @@ class _BodyScan:
     def block(self, body, defined: Set[str], top: bool = False) -> Set[str]:
         for st in body:
             if isinstance(st, gast.Return):
-                raise self.low.unsupported(st, "'return' inside a checkpointed loop is not supported",
+                raise self.low.unsupported(st, f"'return' inside a {self.what} is not supported",
                                            "set a flag, finish the loop, and return after it")
             if isinstance(st, gast.Break) and top:
-                raise self.low.unsupported(st, "'break' out of a checkpointed loop is not supported",
-                                           "a checkpointed loop runs all its steps")
+                raise self.low.unsupported(st, f"'break' out of a {self.what} is not supported",
+                                           f"a {self.what} runs all its iterations")
             if isinstance(st, gast.Assign):
                 self.read(st.value, defined)
                 for t in st.targets:
@@ -2022,10 +2109,86 @@ class _BodyScan:
             else:
                 for n in gast.walk(st):
                     if isinstance(n, gast.Return):
-                        raise self.low.unsupported(n, "'return' inside a checkpointed loop is not "
+                        raise self.low.unsupported(n, f"'return' inside a {self.what} is not "
                                                       "supported")
                 self.read(st, defined)
         return defined
+
+
+def _mentions(node, name: str) -> bool:
+    return any(isinstance(n, gast.Name) and n.id == name for n in gast.walk(node))
+
+
+def _not_a_sum(body, name: str):
+    """The first place in ``body`` where ``name`` is used otherwise than as a sum reduction
+    (``name += e``, ``name -= e``, ``name = name + e``, ``name = name - e``,
+    ``name = e + name`` with ``e`` not reading ``name``), or None."""
+    ok: Set[int] = set()
+    for b in body:
+        for n in gast.walk(b):
+            if isinstance(n, gast.AugAssign) and isinstance(n.target, gast.Name) and n.target.id == name:
+                if not isinstance(n.op, (gast.Add, gast.Sub)) or _mentions(n.value, name):
+                    return n
+                ok.add(id(n.target))
+            elif isinstance(n, gast.Assign) and len(n.targets) == 1 and \
+                    isinstance(n.targets[0], gast.Name) and n.targets[0].id == name:
+                v = n.value
+                if not isinstance(v, gast.BinOp):
+                    return n
+                left = isinstance(v.left, gast.Name) and v.left.id == name
+                right = isinstance(v.right, gast.Name) and v.right.id == name
+                if left and isinstance(v.op, (gast.Add, gast.Sub)) and not _mentions(v.right, name):
+                    ok.update((id(n.targets[0]), id(v.left)))
+                elif right and isinstance(v.op, gast.Add) and not _mentions(v.left, name):
+                    ok.update((id(n.targets[0]), id(v.right)))
+                else:
+                    return n
+    for b in body:
+        for n in gast.walk(b):
+            if isinstance(n, gast.Name) and n.id == name and id(n) not in ok:
+                return n
+    return None
+
+
+def _reads_elsewhere(body, name: str) -> bool:
+    """Does ``body`` read array ``name`` other than at an index it also assigns (or pass the
+    whole array somewhere)?  Then two iterations may read one element, and the adjoint's
+    additions into its shadow there would race."""
+    stores, loads, parents = set(), [], {}
+    for b in body:
+        for n in gast.walk(b):
+            for c in gast.iter_child_nodes(n):
+                parents[id(c)] = n
+    for b in body:
+        for n in gast.walk(b):
+            if not (isinstance(n, gast.Name) and n.id == name):
+                continue
+            p = parents.get(id(n))
+            if isinstance(p, gast.Subscript) and p.value is n:
+                key = gast.dump(p.slice)
+                if isinstance(p.ctx, gast.Store):
+                    stores.add(key)
+                else:
+                    loads.append(key)
+            else:
+                return True
+    return any(k not in stores for k in loads)
+
+
+class _SerialInner(gast.NodeTransformer):
+    """``for j in prange(...)`` nested in a parallel loop's body: a plain ``range``."""
+
+    def __init__(self, low: "Lowerer"):
+        self.low = low
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        it = node.iter
+        if isinstance(it, gast.Call):
+            fn = self.low.static_value(it.func)
+            if fn is not None and fn in hooks.LOOPS and hooks.LOOPS[fn].parallel:
+                it.func = gast.Name(id="range", ctx=gast.Load(), annotation=None, type_comment=None)
+        return node
 
 
 class _ContinueToReturn(gast.NodeTransformer):

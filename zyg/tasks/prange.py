@@ -1,0 +1,402 @@
+"""Parallel loops: ``for i in numba.prange(...)`` differentiated, running in parallel (issue 26).
+
+The front end (``Lowerer.parallel_loop`` in ``zyg/ssa/lower.py``) turns the loop's body into
+a *step function* of one iteration, ``step(i, *written arrays, *sums, *read values) ->
+(*written arrays, *sums)``, and the loop into one primitive call ``z = PLoop(runner)(T, start, 0, *carried,
+*read)`` whose value is the loop's carried values packed into one float64 vector, read
+back by one ``PPart(k)`` per carried value (the written arrays' new contents are written
+back into them, a write the adjoint rewinds as any other).  The carried values are the
+arrays the body writes into and its sum reductions (``s += e``); every other value the
+body assigns is private to its iteration, as numba makes it.  Other reductions (``*=``,
+``min``/``max``) and values carried otherwise are refused at the user's line.
+
+What runs, as compiled code of the target (``parallel=True`` on cpu; serially on the
+python target, the same semantics):
+
+* forward: the iterations of the step's plain primal, in a ``prange`` over a copy of
+  the written arrays; each sum adds up the iterations' contributions (a numba reduction);
+* backward: the cotangents of the final written arrays and sums unpacked, then a
+  ``prange`` in which each iteration runs the step's primal once more with its own tape
+  (*recomputation*: no tape is kept between the passes, so the tape is indexed by
+  iteration by construction and never shared between threads) and at once its adjoint,
+  which restores the elements it wrote and adds into the shadows in place
+  (``transform.emit_step``: no array of the loop's size is allocated per iteration):
+  - a written array's shadow is shared: its iterations write disjoint elements (numba's
+    rule for a parallel loop), so they touch disjoint elements of the shadow.  A written
+    array that the body also reads at other indices than it writes (the lowering checks
+    the subscripts) would have iterations adding into one element: that loop's backward
+    runs its iterations serially;
+  - a read-only array's shadow is one row per thread (``numba.get_thread_id``), summed
+    after the loop: shared parameters (GMM's means), gathers (``x[idx[i]]``) and stencil
+    neighbours (``u[i - 1]``) add without races;
+  - a read-only number's cotangent is a sum over iterations (a numba reduction), and a
+    sum's cotangent reaches every iteration unchanged (the reverse of a reduction is a
+    broadcast);
+* tangent (``jvp``, ``hvp``'s forward part): the iterations of the step's jvp in a
+  ``prange``, writing the written arrays' tangents in place.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import numba
+import numpy as np
+
+from .. import backends
+from ..driver import _ident, _kinds, ssa_of
+from ..errors import TypeMismatch, UnsupportedSyntax
+from ..pullbacks.ckloop import PACKED_KIND, CkPart, PartRunner, _no_hidden, _pack_src, _runner_call, \
+    _unpack_src
+from ..pullbacks.forward import Forward
+from ..pullbacks.recursion import _python_call
+from ..pullbacks.transform import emit_split, emit_step, plan
+from ..rules.higher import Checkpointed
+from ..ssa import hooks
+from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
+
+_ARRAY_DTYPES = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def _err(cls, msg: str, loc, hint: str = None):
+    return cls(msg, loc.filename if loc else None, loc.lineno if loc else None,
+               loc.col if loc else None, hint=hint)
+
+
+def check_kinds(kinds: List[str], n_arrays: int, n: int, names: List[str], loc) -> None:
+    for k, nm in zip(kinds[:n_arrays], names):
+        if not is_array(k) or array_dtype(k) not in _ARRAY_DTYPES:
+            raise _err(TypeMismatch, f"prange loop: the loop writes into {nm!r}, a {k} value; "
+                                     "zyg differentiates parallel loops writing into arrays of "
+                                     "numbers", loc)
+    for k, nm in zip(kinds[n_arrays:n], names[n_arrays:n]):
+        if k not in ("float", "int"):
+            raise _err(TypeMismatch, f"prange loop: {nm!r} is a sum reduction of {k} values; "
+                                     "zyg differentiates sums of numbers", loc,
+                       "add into an array element per iteration, or into a preallocated array "
+                       "indexed by the loop variable")
+    for k, nm in zip(kinds[n:], names[n:]):
+        if is_tuple(k):
+            raise _err(TypeMismatch, f"prange loop: the body reads the tuple {nm!r}; unpack it "
+                                     "into separate variables before the loop", loc)
+
+
+def _check_writes(p, n_arrays: int, n: int, names: List[str], loc) -> None:
+    """A read-only operand must stay read-only: an array the step writes through a view or a
+    called function, which the lowering did not see as written, is refused."""
+    params = p.fn.params[1:]
+    for j, q in enumerate(params[n:]):
+        if is_array(p.kinds[q.id]) and p.aliases.is_mutated(q.id):
+            raise _err(UnsupportedSyntax,
+                       f"the prange loop writes into {names[n + j]!r} through a view or a "
+                       "called function", loc,
+                       f"write its elements in the loop body itself ({names[n + j]}[i] = ...)")
+
+
+class _Compiled:
+    def __init__(self, fwd, bwd, diff_free: List[int]):
+        self.fwd = fwd
+        self.bwd = bwd
+        self.diff_free = diff_free
+
+
+def _thread_id_python() -> int:
+    return 0
+
+
+def _sum_rows(rows):
+    out = rows[0].copy()
+    for t in range(1, rows.shape[0]):
+        out += rows[t]
+    return out
+
+
+def _parallel(backend):
+    """(prange, thread id, jit of a parallel function) on this target."""
+    if backend.compiled:
+        return (numba.prange, backend.helper(_thread_id_numba),
+                lambda f: backend.jit(f, parallel=True))
+    return range, _thread_id_python, backend.jit
+
+
+def _thread_id_numba() -> int:
+    return numba.get_thread_id()
+
+
+def _zero(k: str) -> str:
+    return "0" if k == "int" else "0.0"
+
+
+def _tuple(names: List[str]) -> str:
+    return "(" + "".join(n + ", " for n in names) + ")"
+
+
+def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
+    step, n, na = runner.step, runner.n, runner.arrays
+    ir = ssa_of(step)
+    _no_hidden(ir, step)
+    skinds = ["int"] + list(kinds)
+    m = len(kinds) - n
+    stem = _ident(ir.name)
+    backend = backends.get(target)
+    prange, tid, pjit = _parallel(backend)
+    p0 = plan(ir, skinds, [], backend)
+    c0, ns0, _, _ = emit_split(p0, stem + "_run")
+    (run,), _, _ = backend.load(c0, ns0.ns, [stem + "_run_primal"], stem + "_run")
+    diff = [i for i, k in enumerate(skinds) if differentiable(k)]
+    p1 = plan(ir, skinds, diff, backend)
+    _check_writes(p1, na, n, runner.names, runner.loc)
+    c1, ns1, _, given = emit_step(p1, stem + "_rev")
+    (rec, adj), _, _ = backend.load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"],
+                                    stem + "_rev")
+    cn = [f"c{i}" for i in range(n)]
+    fn_ = [f"f{j}" for j in range(m)]
+    ck, fk = kinds[:n], kinds[n:]
+    sums = list(range(na, n))
+    diff_free = [j for j in range(m) if differentiable(fk[j])]
+    slot = {i - 1: s for s, i in enumerate(diff)}      # operand index -> adjoint result slot
+
+    def take(i: int) -> str:
+        return "_r" if n == 1 else f"_r[{i}]"
+
+    def step_args(t: str, arrays: List[str]) -> List[str]:
+        return [t] + arrays + [_zero(ck[i]) for i in sums] + fn_
+
+    lines: List[str] = []
+    # -- forward: the iterations in parallel over a copy of the written arrays
+    lines.append(f"def _pl_fwd(T, t0, {', '.join(cn + fn_)}):")
+    for i in range(na):
+        lines.append(f"    c{i} = c{i}.copy()")
+    for i in sums:
+        lines.append(f"    _s{i} = {_zero(ck[i])}")
+    lines.append("    for _k in _pl_prange(T):")
+    lines.append(f"        _r, _tp = _pl_run({', '.join(step_args('t0 + _k', cn[:na]))})")
+    for i in sums:
+        lines.append(f"        _s{i} += {take(i)}")
+    for i in sums:
+        lines.append(f"    c{i} = c{i} + _s{i}")
+    _pack_src(lines, ck, cn, "_z", "    ")
+    lines.append("    return _z")
+    lines.append("")
+    # -- backward: each iteration recomputed with its own tape, then reversed at once
+    serial = bool(runner.shared)
+    loop = "range" if serial else "_pl_prange"
+    ds = [f"d{i}" for i in range(n)]
+    lines.append(f"def _pl_bwd(T, t0, {', '.join(cn + fn_)}, dz, _nt):")
+    _unpack_src(lines, ck, cn, "dz", ds, "    ")
+    for i in range(na):
+        lines.append(f"    c{i} = c{i}.copy()")
+    shadows = []
+    for i in given:                     # skinds index of a float array parameter
+        o = i - 1
+        if o < n:
+            shadows.append(f"d{o}")
+        else:
+            j = o - n
+            lines.append(f"    _gr{j} = np.zeros((_nt,) + f{j}.shape, f{j}.dtype)")
+            shadows.append(f"_gr{j}[_tid]")
+    for j in diff_free:
+        if not is_array(fk[j]):
+            lines.append(f"    _gs{j} = 0.0")
+    # the written arrays' cotangents are in their shadows: their parts of dy are not read
+    dy = "d0" if n == 1 else _tuple(ds)
+    lines.append(f"    for _k in {loop}(T):")
+    lines.append("        _tid = 0" if serial else "        _tid = _pl_tid()")
+    lines.append(f"        _r, _tp = _pl_rec({', '.join(step_args('t0 + _k', cn[:na]) + shadows)})")
+    lines.append(f"        _g = _pl_adj(*_tp, {dy})")
+    for j in diff_free:
+        if not is_array(fk[j]):
+            lines.append(f"        _gs{j} += _g[{slot[n + j]}]")
+    gs = []
+    for j in diff_free:
+        if is_array(fk[j]):
+            lines.append(f"    g{j} = _pl_sum_rows(_gr{j})")
+        else:
+            lines.append(f"    g{j} = _gs{j}")
+        gs.append(f"g{j}")
+    lines.append(f"    return {_tuple(ds + gs)}")
+    src = "\n".join(lines) + "\n"
+    glob = {"np": np, "_pl_run": run, "_pl_rec": rec, "_pl_adj": adj, "_pl_prange": prange,
+            "_pl_tid": tid, "_pl_sum_rows": backend.helper(_sum_rows)}
+    exec(compile(src, f"<zyg prange loop {stem}>", "exec"), glob)
+    out = _Compiled(pjit(glob["_pl_fwd"]), pjit(glob["_pl_bwd"]), diff_free)
+    out.source = src
+    return out
+
+
+def build_tangent(runner: "PRunner", kinds: List[str], target: str):
+    """``_pl_tan(T, t0, *carried, *read, *their tangents)``: the packed tangent of the
+    carried values (the step's jvp per iteration, in parallel)."""
+    step, n, na = runner.step, runner.n, runner.arrays
+    ir = ssa_of(step)
+    _no_hidden(ir, step)
+    skinds = ["int"] + list(kinds)
+    stem = _ident(ir.name) + "_tan"
+    backend = backends.get(target)
+    prange, _, pjit = _parallel(backend)
+    p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], backend)
+    _check_writes(p, na, n, runner.names, runner.loc)
+    fwd = Forward(p)
+    fwd.copy_args = False
+    code = fwd.emit(stem)
+    (jf,), _, _ = backend.load(code, fwd.ns.ns, [stem], stem)
+    m = len(kinds) - n
+    ck = kinds[:n]
+    sums = list(range(na, n))
+    cn = [f"c{i}" for i in range(n)]
+    fn_ = [f"f{j}" for j in range(m)]
+    tcn = [f"tc{i}" for i in range(n)]
+    tfn = [f"tf{j}" for j in range(m)]
+    primal = [None] + cn[:na] + [_zero(ck[i]) for i in sums] + fn_
+    tans = [None] + tcn[:na] + ["0.0" for _ in sums] + tfn
+    act = [tans[i] for i, q in enumerate(p.fn.params) if fwd.active(q)]
+    lines = [f"def _pl_tan(T, t0, {', '.join(cn + fn_ + tcn + tfn)}):"]
+    for i in range(na):
+        lines.append(f"    c{i} = c{i}.copy()")
+        lines.append(f"    tc{i} = tc{i}.copy()")
+    for i in sums:
+        lines.append(f"    _s{i} = {_zero(ck[i])}")
+        lines.append(f"    _ts{i} = 0.0")
+    lines.append("    for _k in _pl_prange(T):")
+    lines.append(f"        _r, _tr = _pl_jvp({', '.join(['t0 + _k'] + primal[1:] + act)})")
+    for i in sums:
+        r = "_r" if n == 1 else f"_r[{i}]"
+        tr = "_tr" if n == 1 else f"_tr[{i}]"
+        lines.append(f"        _s{i} += {r}")
+        lines.append(f"        _ts{i} += {tr}")
+    for i in sums:
+        lines.append(f"    tc{i} = tc{i} + _ts{i}")
+    _pack_src(lines, ck, tcn, "_z", "    ")
+    lines.append("    return _z")
+    src = "\n".join(lines) + "\n"
+    glob = {"np": np, "_pl_jvp": jf, "_pl_prange": prange}
+    exec(compile(src, f"<zyg prange loop {stem}>", "exec"), glob)
+    return pjit(glob["_pl_tan"])
+
+
+class PRunner:
+    """The run-time side of one parallel loop: its step function, compiled per kinds."""
+    _zyg_runner = True
+
+    def __init__(self, step: Any, n: int, names: List[str], loc):
+        self.step = step
+        self.n = n                  # carried values: the written arrays, then the sums
+        self.arrays = n             # set by the lowering: how many carried values are arrays
+        self.shared: List[str] = []     # written arrays read elsewhere (serial backward)
+        self.names = names
+        self.loc = loc
+        self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
+        self.tangents: Dict[Tuple[Tuple[str, ...], str], Any] = {}
+        self.helpers: Dict[Any, Any] = {}
+        self.__name__ = f"prange_loop_{getattr(step, '__name__', 'step')}"
+
+    def kinds(self, vals) -> List[str]:
+        kinds = _kinds(vals, "prange loop")
+        check_kinds(kinds, self.arrays, self.n, self.names, self.loc)
+        return kinds
+
+    def compiled(self, target: str, vals) -> _Compiled:
+        kinds = self.kinds(vals)
+        key = (tuple(kinds), target)
+        c = self.cache.get(key)
+        if c is None:
+            c = self.cache[key] = build(self, kinds, target)
+        return c
+
+    @staticmethod
+    def _threads(target: str) -> int:
+        return numba.config.NUMBA_NUM_THREADS if backends.get(target).compiled else 1
+
+    def forward(self, target: str, T, t0, s, *vals):
+        c = self.compiled(target, vals)
+        return c.fwd(max(int(T), 0), int(t0), *vals)
+
+    def vjp(self, target: str, args, dz) -> list:
+        T, t0 = max(int(args[0]), 0), int(args[1])
+        vals = list(args[3:])
+        c = self.compiled(target, vals)
+        res = c.bwd(T, t0, *vals, np.asarray(dz, np.float64), self._threads(target))
+        out: List[Any] = [None, None, None] + list(res[:self.n]) + [None] * (len(vals) - self.n)
+        for k, j in enumerate(c.diff_free):
+            out[3 + self.n + j] = res[self.n + k]
+        return out
+
+    def tangent(self, target: str, *ops_and_tangents):
+        k = len(ops_and_tangents) // 2
+        ops, tans = ops_and_tangents[:k], ops_and_tangents[k:]
+        T, t0 = max(int(ops[0]), 0), int(ops[1])
+        vals = list(ops[3:])
+        tv = [float(x) if not isinstance(x, np.ndarray) else x for x in tans[3:]]
+        kinds = self.kinds(vals)
+        key = (tuple(kinds), target)
+        f = self.tangents.get(key)
+        if f is None:
+            f = self.tangents[key] = build_tangent(self, kinds, target)
+        return f(T, t0, *vals, *tv)
+
+    def __call__(self, T, t0, s, *vals):
+        """Plain Python semantics (kind inference and the python target's fallback)."""
+        return self.forward("python", T, t0, s, *vals)
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+class _PartRunner(PartRunner):
+    """Carried value ``k`` read out of the packed vector; an integer sum stays an integer."""
+
+    def forward(self, target: str, z, *likes):
+        v = likes[self.k]
+        out = super().forward(target, z, *likes)
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            return int(round(out))
+        return out
+
+
+class PLoop(Checkpointed):
+    """A parallel loop: ``PLoop(runner)(T, t0, 0, *carried, *read)`` is the loop's final
+    carried values packed into a float64 vector."""
+
+    def __init__(self, runner: PRunner):
+        super().__init__(runner)
+        self.__name__ = self.__qualname__ = "prange loop"
+
+    def primal_src(self, em, st, args) -> str:
+        return _runner_call(em, st, args, self.fn)
+
+    def tangent_src(self, em, st, args) -> str:
+        kinds = [em.kind(a) for a in st.expr.args]
+        key = ("tangent", tuple(kinds), em.p.target)
+        h = self.fn.helpers.get(key)
+        if h is None:
+            params = [f"a{i}" for i in range(2 * len(kinds))]
+            h = self.fn.helpers[key] = _python_call(
+                "prange_tangent", params, f"_zyg_r.tangent({em.p.target!r}, {', '.join(params)})",
+                PACKED_KIND, {"_zyg_r": self.fn}, em.p.target)
+        return f"{em.ns.ref(h)}({', '.join(args + [em.tz(a) for a in st.expr.args])})"
+
+    def written_operands(self, args) -> list:
+        """The operands the loop writes (for zyg/safety.py): its written arrays."""
+        return list(args[3:3 + self.fn.arrays])
+
+    def _zyg_kind(self, kinds):
+        r = self.fn
+        check_kinds(list(kinds[3:]), r.arrays, r.n, r.names, r.loc)
+        return PACKED_KIND
+
+
+class PPart(CkPart):
+    """Carried value ``k`` of a parallel loop: ``PPart(k)(z, *carried_before)``."""
+
+    def __init__(self, runner: Any):
+        super().__init__(runner)
+        self.__name__ = self.__qualname__ = f"prange loop value {runner.k}"
+
+    def _zyg_kind(self, kinds):
+        k = kinds[1 + self.fn.k]
+        return k if k == "int" else super()._zyg_kind(kinds)
+
+
+hooks.LOOPS[numba.prange] = hooks.LoopPrims(
+    loop=lambda step, n, names, loc: PLoop(PRunner(step, n, names, loc)),
+    part=lambda k: PPart(_PartRunner(k)),
+    parallel=True)
