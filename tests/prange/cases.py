@@ -123,11 +123,11 @@ def central(f, args, i, h=1e-6):
     return g
 
 
-def stress(n=400_000):
-    """Many iterations adding into a few shared elements: a race would lose additions."""
+def stress(n=1_000_000):
+    """Many iterations adding into two shared elements: a race would lose additions."""
     rng = np.random.default_rng(1)
-    x = rng.normal(size=4)
-    idx = rng.integers(0, 4, n)
+    x = rng.normal(size=2)
+    idx = rng.integers(0, 2, n)
     y = rng.normal(size=n)
     return x, idx, y
 

@@ -1114,9 +1114,11 @@ class Lowerer:
         step = self._step_function(st, t, carried, f_names, kind="prange_step")
         # which written arrays are read at elements other than the ones the same iteration
         # writes (their adjoint adds into shared elements: it runs serially)
-        shared = [n for n in arrays if _reads_elsewhere(st.body, n)]
+        own = t not in scan.stores
+        private = [n for n in carried + f_names if own and _indexed_by(st.body, n, t)]
+        shared = [n for n in arrays if _reads_elsewhere(st.body, n) and n not in private]
         loop = prims.loop(step, len(carried), carried + f_names, self.src.loc(st))
-        loop.fn.arrays, loop.fn.shared = len(arrays), shared
+        loop.fn.arrays, loop.fn.shared, loop.fn.private = len(arrays), shared, private
         z = self.emit(loop, [T, start, Const(0)] + c_ops + f_ops, st, "prange")
         for k, n in enumerate(carried):
             v = self.emit(prims.part(k), [z] + c_ops, st, n)
@@ -2173,6 +2175,29 @@ def _reads_elsewhere(body, name: str) -> bool:
             else:
                 return True
     return any(k not in stores for k in loads)
+
+
+def _indexed_by(body, name: str, t: str) -> bool:
+    """Is array ``name`` only ever subscripted in ``body`` with the loop variable ``t`` as its
+    first index (``a[i]``, ``a[i, j]``)?  Then no two iterations touch one of its elements."""
+    parents = {}
+    for b in body:
+        for n in gast.walk(b):
+            for c in gast.iter_child_nodes(n):
+                parents[id(c)] = n
+    seen = False
+    for b in body:
+        for n in gast.walk(b):
+            if not (isinstance(n, gast.Name) and n.id == name):
+                continue
+            p = parents.get(id(n))
+            if not (isinstance(p, gast.Subscript) and p.value is n):
+                return False
+            first = p.slice.elts[0] if isinstance(p.slice, gast.Tuple) and p.slice.elts else p.slice
+            if not (isinstance(first, gast.Name) and first.id == t):
+                return False
+            seen = True
+    return seen
 
 
 class _SerialInner(gast.NodeTransformer):

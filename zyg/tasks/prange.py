@@ -28,7 +28,9 @@ python target, the same semantics):
     runs its iterations serially;
   - a read-only array's shadow is one row per thread (``numba.get_thread_id``), summed
     after the loop: shared parameters (GMM's means), gathers (``x[idx[i]]``) and stencil
-    neighbours (``u[i - 1]``) add without races;
+    neighbours (``u[i - 1]``) add without races; an array the body only subscripts with
+    the loop variable first (``y[i]``, ``X[i, j]``) has one shadow, as no two iterations
+    touch one of its elements;
   - a read-only number's cotangent is a sum over iterations (a numba reduction), and a
     sum's cotangent reaches every iteration unchanged (the reverse of a reduction is a
     broadcast);
@@ -190,6 +192,11 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
         o = i - 1
         if o < n:
             shadows.append(f"d{o}")
+        elif runner.names[o] in runner.private:
+            # read only at the iteration's own elements (x[i]): one shadow, no races
+            j = o - n
+            lines.append(f"    _gp{j} = np.zeros(f{j}.shape, f{j}.dtype)")
+            shadows.append(f"_gp{j}")
         else:
             j = o - n
             lines.append(f"    _gr{j} = np.zeros((_nt,) + f{j}.shape, f{j}.dtype)")
@@ -208,7 +215,9 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
             lines.append(f"        _gs{j} += _g[{slot[n + j]}]")
     gs = []
     for j in diff_free:
-        if is_array(fk[j]):
+        if is_array(fk[j]) and runner.names[n + j] in runner.private:
+            lines.append(f"    g{j} = _gp{j}")
+        elif is_array(fk[j]):
             lines.append(f"    g{j} = _pl_sum_rows(_gr{j})")
         else:
             lines.append(f"    g{j} = _gs{j}")
@@ -282,6 +291,7 @@ class PRunner:
         self.n = n                  # carried values: the written arrays, then the sums
         self.arrays = n             # set by the lowering: how many carried values are arrays
         self.shared: List[str] = []     # written arrays read elsewhere (serial backward)
+        self.private: List[str] = []    # arrays only indexed by the loop variable first
         self.names = names
         self.loc = loc
         self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
