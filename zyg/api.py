@@ -20,7 +20,8 @@ from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_ar
                      _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
                      Back, make_object, pullback as _pullback, ssa_of, to_native, transform)
 from .entry import adapt
-from .errors import TypeMismatch
+from .errors import TypeMismatch, UnsupportedSyntax
+from .rules.higher import Checkpointed
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
 from .ssa.emit import Def, For, _ident
@@ -289,9 +290,28 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
     return got
 
 
+def _no_runner_loops(ir) -> None:
+    """Second derivatives differentiate the generated gradient, whose parallel and
+    checkpointed loops are calls of compiled runners without a forward mode of their
+    reverse pass: refuse them at the loop's line."""
+    for blk in ir.iter_blocks():
+        for st in blk.stmts:
+            fn = st.expr.fn
+            if isinstance(fn, Checkpointed) and getattr(fn.fn, "_zyg_runner", False) and \
+                    hasattr(fn.fn, "names"):
+                loc = st.loc
+                raise UnsupportedSyntax(
+                    f"second derivatives (hvp, hessian) through a {fn.__name__} are not "
+                    "supported yet", loc.filename if loc else None, loc.lineno if loc else None,
+                    loc.col if loc else None,
+                    hint="jvp and grad work through it; for a Hessian-vector product, take "
+                         "central differences of zyg.grad along v")
+
+
 def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
     from .pullbacks.forward import Forward, check_forward_kinds
     from .ssa.emit import var_name
+    _no_runner_loops(ssa_of(f))
     inner = _grad_source(f, args[:nuser], argnum)
     ir = ssa_of(inner)
     p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)],

@@ -1088,7 +1088,14 @@ class Lowerer:
             if n not in scan.exposed and n not in after:
                 continue                    # private to an iteration
             bad = _not_a_sum(st.body, n)
-            if bad is not None or n not in scan.exposed:
+            if n not in scan.exposed:
+                where = next((m for b in st.body for m in gast.walk(b)
+                              if isinstance(m, gast.Name) and m.id == n), st)
+                raise self.unsupported(where, f"{n!r} is assigned in the prange loop and read after "
+                                              "it; each iteration has its own value of it",
+                                       "write the value wanted after the loop into an array "
+                                       "element indexed by the loop variable")
+            if bad is not None:
                 raise self.unsupported(bad if bad is not None else st,
                                        f"{n!r} is carried from one iteration of the prange loop "
                                        "to the next, and is not a sum reduction",
