@@ -85,8 +85,8 @@ def test_the_loops_are_compiled_parallel():
                 continue
             for fn, want in ((c.fwd, True), (c.bwd, not r.shared)):
                 diag = fn.get_metadata(fn.signatures[0])["parfor_diagnostics"]
-                loops = [p for p in diag.get_parfors() if any(
-                    ln.range[1] == "T" or getattr(ln.range[1], "name", "") == "T" for ln in p.loop_nests)]
+                loops = [p for p in diag.get_parfors()
+                         if any(getattr(ln.stop, "name", ln.stop) == "T" for ln in p.loop_nests)]
                 assert bool(loops) == want, (r.names, fn)
                 seen += 1
     assert seen >= 4
