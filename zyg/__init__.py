@@ -30,6 +30,29 @@ from . import tasks  # noqa: F401  (gradient objects pickle: zyg/tasks/pickling.
 nondifferentiable(stop_gradient)
 _rules.registry.end_builtin_phase()
 
+# zyg.torch and zyg.jax (zyg/interop/, docs/interop.md): loaded on first use, so that
+# `import zyg` imports neither PyTorch nor JAX
+_INTEROP = {"torch": ("torch", "PyTorch", "torch==2.13.0"), "jax": ("jax", "JAX", "jax jaxlib")}
+
+
+def __getattr__(name):
+    if name not in _INTEROP:
+        raise AttributeError(f"module 'zyg' has no attribute {name!r}")
+    import importlib
+    package, what, pip = _INTEROP[name]
+    try:
+        importlib.import_module(package)
+    except ImportError as e:
+        raise ImportError(f"zyg.{name} needs {what}, which is not installed here ({e}); install "
+                          f"it with: pip install {pip}, or pip install 'zyg[interop]'") from e
+    if name == "torch":
+        from .interop import torch as module
+    else:
+        from .interop import jax as module
+    globals()[name] = module
+    return module
+
+
 __all__ = ["checkpoint", "checkpointed_range", "hook", "check_grads", "GradCheckError", "grad", "value_and_grad", "pullback", "jvp", "hvp", "hessian", "jacobian", "adjoint", "nondifferentiable",
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
            "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback", "ShapeChanged",
