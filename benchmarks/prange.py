@@ -105,6 +105,11 @@ def main() -> None:
     for name, f, args, argnums in workloads(a.scale):
         primal = numba.njit(parallel=True)(f)
         grad = zyg.grad(f, argnums=argnums, target="cpu")
+        try:
+            primal(*args)
+        except Exception as e:      # numba issue 10132 on Python 3.12+ (docs/parallel.md)
+            print(f"{name}: numba cannot compile the primal here: {str(e).splitlines()[-1]}")
+            continue
         base = {}
         for t in threads:
             numba.set_num_threads(t)
