@@ -124,7 +124,8 @@ def central(f, args, i, h=1e-6):
 
 
 def stress(n=1_000_000):
-    """Many iterations adding into two shared elements: a race would lose additions."""
+    """Many iterations adding into two shared elements: a race would lose additions
+    (atomic additions for gather's x, a row per thread for shared_params' w)."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=2)
     idx = rng.integers(0, 2, n)
@@ -141,6 +142,19 @@ def stress_exact(x, idx, y):
     return np.array([math.fsum(per[idx == b]) for b in range(x.shape[0])])
 
 
+def shared_params(w, x):
+    """Parameters every iteration reads at the same elements: a shadow row per thread."""
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += w[0] * x[i] + w[1] * x[i] * x[i]
+    return s
+
+
+def shared_params_exact(x):
+    import math
+    return np.array([math.fsum(x), math.fsum(x * x)])
+
+
 def main(names) -> int:
     import zyg
     bad = 0
@@ -150,6 +164,12 @@ def main(names) -> int:
             x, idx, y = stress()
             g = zyg.grad(gather, argnums=0, target="cpu")(x, idx, y)
             want = stress_exact(x, idx, y)
+            err = float(np.max(np.abs(g - want) / np.abs(want)))
+            ok = err < 1e-9
+        elif name == "stress_rows":
+            x = stress()[2]
+            g = zyg.grad(shared_params, argnums=0, target="cpu")(np.array([0.3, -0.2]), x)
+            want = shared_params_exact(x)
             err = float(np.max(np.abs(g - want) / np.abs(want)))
             ok = err < 1e-9
         else:

@@ -1158,6 +1158,11 @@ class ArrayMixin:
                 ops = [self.operand_value(q, local) for q in e.args[1:]]
                 code.graft(ind, scatter_add(fn.spec, ops, fk, self.shadow(base, local), dy, self.new_tmp()),
                            st.loc)
+            elif base.id in self.p.active and self.atomic_root(base):
+                # a shadow shared by the threads of a parallel loop (zyg/tasks/prange.py)
+                from .atomics import atomic_add
+                f = self.ns.ref(atomic_add(self.p.backend), "_zyg_atomic_add")
+                code.add(ind, f"{f}({self.shadow(base, local)}, ({idx},), {dy})", st.loc)
             elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
             self.consume(st.var, loop, ind, code)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -283,6 +283,9 @@ class Emitter(ArrayMixin, StructuredMixin):
         # parameters whose shadows the caller passes to the primal (emit_step): the primal
         # allocates none for them, and the adjoint accumulates into the caller's arrays
         self.given_shadows: Set[int] = set()
+        # given parameters whose element reads add into their shadow atomically (threads
+        # of a parallel loop share it): see arrays.adjoint_array_stmt and pullbacks/atomics.py
+        self.atomic_shadows: Set[int] = set()
         self._find_counted_loops()
         self._find_simple_loops()
         self._prepare()
@@ -1004,6 +1007,12 @@ class Emitter(ArrayMixin, StructuredMixin):
         dispatch(code, ind + 1, [b for b in reversed(fn.order) if b not in self.a_inline
                                  and (b not in self.struct_blocks or b in self.struct_roots)], case)
 
+    def atomic_root(self, a) -> bool:
+        """Do reads of array ``a`` add into a shadow that threads share (``emit_step``)?"""
+        if not self.atomic_shadows:
+            return False
+        return self.al.find(a.id) in {self.al.find(g) for g in self.atomic_shadows}
+
     def given_root(self, a) -> bool:
         """Is array ``a`` (a returned value) a parameter whose shadow the caller gives
         (``emit_step``), or a join of it with itself?"""
@@ -1580,7 +1589,7 @@ def _split_code(em: "Emitter", p: Plan, name: str, pooled: bool, replay: bool):
     return code, tape
 
 
-def emit_step(p: Plan, name: str) -> Tuple[Code, Namespace, List[str], List[int]]:
+def emit_step(p: Plan, name: str, atomic: Sequence[int] = ()) -> Tuple[Code, Namespace, List[str], List[int]]:
     """``name_primal(*args, *shadows) -> (value, tape)`` and ``name_adjoint(*tape, _dy)`` for
     one iteration of a parallel loop (``zyg/tasks/prange.py``): the shadows of the float
     array parameters in ``p.wrt`` are given to the primal, one per such parameter in order
@@ -1593,6 +1602,7 @@ def emit_step(p: Plan, name: str) -> Tuple[Code, Namespace, List[str], List[int]
     given = [i for i in p.wrt if is_array(em.kind(p.fn.params[i]))
              and differentiable(em.kind(p.fn.params[i]))]
     em.given_shadows = {p.fn.params[i].id for i in given}
+    em.atomic_shadows = {p.fn.params[i].id for i in atomic}
     code, tape = _split_code(em, p, name, pooled=False, replay=False)
     return code, em.ns, tape, given
 

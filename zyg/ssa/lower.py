@@ -1125,7 +1125,9 @@ class Lowerer:
         private = [n for n in carried + f_names if own and _indexed_by(st.body, n, t)]
         shared = [n for n in arrays if _reads_elsewhere(st.body, n) and n not in private]
         loop = prims.loop(step, len(carried), carried + f_names, self.src.loc(st))
+        scattered = [n for n in f_names if n not in private and _scattered(st.body, n, t)]
         loop.fn.arrays, loop.fn.shared, loop.fn.private = len(arrays), shared, private
+        loop.fn.scattered = scattered
         z = self.emit(loop, [T, start, Const(0)] + c_ops + f_ops, st, "prange")
         for k, n in enumerate(carried):
             v = self.emit(prims.part(k), [z] + c_ops, st, n)
@@ -2204,6 +2206,32 @@ def _indexed_by(body, name: str, t: str) -> bool:
             if not (isinstance(first, gast.Name) and first.id == t):
                 return False
             seen = True
+    return seen
+
+
+def _scattered(body, name: str, t: str) -> bool:
+    """Is array ``name`` subscripted in ``body`` only with indices that depend on the loop
+    variable ``t`` (``u[(i + 1) % n]``, ``x[idx[i]]``, ``x[k]`` after ``k = idx[i]``)?
+    Then the iterations' reads spread over its elements, and its shadow takes atomic
+    additions rather than a row per thread (which all iterations hitting the same
+    elements, as shared parameters, need)."""
+    dep = {t}
+    for _ in range(8):              # names assigned from the loop variable, transitively
+        for b in body:
+            for n in gast.walk(b):
+                if isinstance(n, (gast.Assign, gast.AugAssign)):
+                    targets = n.targets if isinstance(n, gast.Assign) else [n.target]
+                    if any(isinstance(m, gast.Name) and m.id in dep for m in gast.walk(n.value)):
+                        for tg in targets:
+                            if isinstance(tg, gast.Name):
+                                dep.add(tg.id)
+    seen = False
+    for b in body:
+        for n in gast.walk(b):
+            if isinstance(n, gast.Subscript) and isinstance(n.value, gast.Name) and n.value.id == name:
+                if not any(isinstance(m, gast.Name) and m.id in dep for m in gast.walk(n.slice)):
+                    return False
+                seen = True
     return seen
 
 

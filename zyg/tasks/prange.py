@@ -26,11 +26,14 @@ python target, the same semantics):
     array that the body also reads at other indices than it writes (the lowering checks
     the subscripts) would have iterations adding into one element: that loop's backward
     runs its iterations serially;
-  - a read-only array's shadow is one row per thread (``numba.get_thread_id``), summed
-    after the loop: shared parameters (GMM's means), gathers (``x[idx[i]]``) and stencil
-    neighbours (``u[i - 1]``) add without races; an array the body only subscripts with
-    the loop variable first (``y[i]``, ``X[i, j]``) has one shadow, as no two iterations
-    touch one of its elements;
+  - a read-only array the body only subscripts with the loop variable first (``y[i]``,
+    ``X[i, j]``) has one shadow: no two iterations touch one of its elements;
+  - one read element by element at indices computed from the loop variable (stencil
+    neighbours ``u[(i + 1) % n]``, gathers ``x[idx[i]]``) has one shadow with atomic
+    additions (``pullbacks/atomics.py``): the iterations spread over its elements;
+  - any other read-only array (shared parameters as GMM's means, read at the same
+    elements by every iteration) has one shadow row per thread (``numba.get_thread_id``),
+    summed after the loop;
   - a read-only number's cotangent is a sum over iterations (a numba reduction), and a
     sum's cotangent reaches every iteration unchanged (the reverse of a reduction is a
     broadcast);
@@ -94,6 +97,31 @@ def _check_writes(p, n_arrays: int, n: int, names: List[str], loc) -> None:
                        f"write its elements in the loop body itself ({names[n + j]}[i] = ...)")
 
 
+def _element_reads_only(p, q) -> bool:
+    """Is every use of array parameter ``q`` in the step a read of one element
+    (``q[i, j]``)?  Then its shadow receives only element additions, which can be atomic."""
+    from ..ssa.prims import GetItem
+    root = p.aliases.find(q.id)
+
+    def ours(a) -> bool:
+        return hasattr(a, "id") and is_array(p.kinds.get(a.id, "")) and p.aliases.find(a.id) == root
+    for blk in p.fn.iter_blocks():
+        for st in blk.stmts:
+            e = st.expr
+            for k, a in enumerate(e.args):
+                if not ours(a):
+                    continue
+                if k != 0 or not isinstance(e.fn, GetItem) or any(c != "i" for c in e.fn.spec) \
+                        or st.var is None or is_array(p.kinds.get(st.var.id, "")):
+                    return False
+            if any(ours(a) for a in e.kwargs.values()):
+                return False
+        for _, args in blk.term.successors():
+            if any(ours(a) for a in args):
+                return False
+    return True
+
+
 class _Compiled:
     def __init__(self, fwd, bwd, diff_free: List[int]):
         self.fwd = fwd
@@ -147,7 +175,9 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
     diff = [i for i, k in enumerate(skinds) if differentiable(k)]
     p1 = plan(ir, skinds, diff, backend)
     _check_writes(p1, na, n, runner.names, runner.loc)
-    c1, ns1, _, given = emit_step(p1, stem + "_rev")
+    atomic = [1 + n + j for j in range(m) if runner.names[n + j] in runner.scattered
+              and _element_reads_only(p1, p1.fn.params[1 + n + j])]
+    c1, ns1, _, given = emit_step(p1, stem + "_rev", atomic)
     (rec, adj), _, _ = backend.load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"],
                                     stem + "_rev")
     cn = [f"c{i}" for i in range(n)]
@@ -192,8 +222,9 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
         o = i - 1
         if o < n:
             shadows.append(f"d{o}")
-        elif runner.names[o] in runner.private:
-            # read only at the iteration's own elements (x[i]): one shadow, no races
+        elif runner.names[o] in runner.private or i in atomic:
+            # read only at the iteration's own elements (x[i]): one shadow, no races; read
+            # at scattered elements (u[i - 1], x[idx[i]]): one shadow, atomic additions
             j = o - n
             lines.append(f"    _gp{j} = np.zeros(f{j}.shape, f{j}.dtype)")
             shadows.append(f"_gp{j}")
@@ -215,7 +246,7 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
             lines.append(f"        _gs{j} += _g[{slot[n + j]}]")
     gs = []
     for j in diff_free:
-        if is_array(fk[j]) and runner.names[n + j] in runner.private:
+        if is_array(fk[j]) and (runner.names[n + j] in runner.private or 1 + n + j in atomic):
             lines.append(f"    g{j} = _gp{j}")
         elif is_array(fk[j]):
             lines.append(f"    g{j} = _pl_sum_rows(_gr{j})")
@@ -292,6 +323,7 @@ class PRunner:
         self.arrays = n             # set by the lowering: how many carried values are arrays
         self.shared: List[str] = []     # written arrays read elsewhere (serial backward)
         self.private: List[str] = []    # arrays only indexed by the loop variable first
+        self.scattered: List[str] = []  # read arrays indexed by values of the loop variable
         self.names = names
         self.loc = loc
         self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
