@@ -458,7 +458,7 @@ def check(src: str, targets) -> None:
     event("checked")
 
 
-@_settings(60)
+@_settings(45)
 @given(programs())
 def test_random_mutation_programs_python(src):
     check(src, ("python",))

@@ -348,7 +348,7 @@ def ufunc_out(draw):
 
 def test_ufunc_out():
     oracles.family_test("ufunc_out", with_targets(ufunc_out()),
-                        lambda p: check_program("ufunc_out", p), _settings(15),
+                        lambda p: check_program("ufunc_out", p), _settings(10),
                         oracles=["gradient", "jvp", "inputs unchanged", "python vs cpu"])
 
 
@@ -382,7 +382,7 @@ def reshape_second_order(draw):
 
 def test_reshape_second_order():
     oracles.family_test("reshape_second_order", with_targets(reshape_second_order()),
-                        lambda p: check_program("reshape_second_order", p), _settings(15),
+                        lambda p: check_program("reshape_second_order", p), _settings(10),
                         oracles=["gradient", "jvp", "hvp", "hessian", "nested grad", "inputs unchanged",
                                  "python vs cpu"])
 
@@ -491,7 +491,7 @@ def helper_alloc(draw):
 
 def test_helper_alloc():
     oracles.family_test("helper_alloc", with_targets(helper_alloc()),
-                        lambda p: check_program("helper_alloc", p), _settings(15),
+                        lambda p: check_program("helper_alloc", p), _settings(10),
                         oracles=["gradient", "jvp", "inputs unchanged", "python vs cpu"])
 
 
@@ -546,7 +546,7 @@ def rebound_arrays(draw):
 
 def test_rebound_arrays():
     oracles.family_test("rebound_arrays", with_targets(rebound_arrays()),
-                        lambda p: check_program("rebound_arrays", p), _settings(8),
+                        lambda p: check_program("rebound_arrays", p), _settings(6),
                         oracles=["gradient", "jvp", "inputs unchanged", "python vs cpu"])
 
 

@@ -52,7 +52,8 @@ def test_python_target_is_the_serial_program(name):
     check_case(name, "python")
 
 
-CPU = ["independent", "gather", "stencil", "gmm_like", "branches", "shared_read"]
+# on cpu every path of the reverse loop once (independent writes and sums are in the others)
+CPU = ["gather", "stencil", "gmm_like", "branches", "shared_read"]
 
 
 @pytest.mark.parametrize("name", CPU)
