@@ -322,9 +322,93 @@ def bcast_reduce_one(x):
     return bcast_reduce(x[:3].copy(), x)
 
 
+# -- 8. non-blocking calls: a halo exchange and a ring with tags, reversed at their waits ---------
+
+def heat_nb(u0, steps):
+    """``heat_mpi`` with the halos exchanged by irecv / isend / waitall, without tags: on two
+    ranks (left and right the same rank) the halos are told apart by the order of the
+    messages alone, and so are the reverse messages."""
+    m = u0.shape[0]
+    left, right = (mpi.rank() - 1) % mpi.size(), (mpi.rank() + 1) % mpi.size()
+    u = np.zeros(m + 2)
+    u[1:m + 1] = u0
+    for t in range(steps):
+        s, rl = mpi.irecv(u[0:1], left)
+        s, rr = mpi.irecv(u[m + 1:m + 2], right)
+        s, sr = mpi.isend(u[m:m + 1], right)
+        s, sl = mpi.isend(u[1:2], left)
+        mpi.waitall((sl, rr, rl, sr))       # in any order: waited in the order they started
+        new = u[1:m + 1] + ALPHA * (u[0:m] - 2.0 * u[1:m + 1] + u[2:m + 2])
+        u[1:m + 1] = np.sin(new)
+    return np.sum(u[1:m + 1] ** 2)
+
+
+def ring_nb(x):
+    """Two messages to the next rank, received by tag in the other order; one of them sent
+    by a blocking send, the other by isend; waits one by one and by waitall."""
+    r = mpi.rank()
+    nxt, prv = (r + 1) % mpi.size(), (r - 1) % mpi.size()
+    u = np.zeros(4)
+    s, ra = mpi.irecv(u[2:4], prv, 4)       # the message of tag 4, sent second
+    s, rb = mpi.irecv(u[0:2], prv, 3)
+    mpi.send(x[2:4] ** 2, nxt, 4)
+    s, sa = mpi.isend(np.sin(x[0:2]) * (r + 1.0), nxt, 3)
+    mpi.wait(ra)
+    mpi.waitall((rb, sa))
+    return np.sum(u[0:2] * 3.0 + u[2:4] ** 3 * x[0:2]) + np.sum(x * x[::-1])
+
+
+def ring_nb_serial(xs):
+    s = 0.0
+    n = len(xs)
+    for r in range(n):
+        p = (r - 1) % n
+        u0, u2 = np.sin(xs[p][0:2]) * (p + 1.0), xs[p][2:4] ** 2
+        s += np.sum(u0 * 3.0 + u2 ** 3 * xs[r][0:2]) + np.sum(xs[r] * xs[r][::-1])
+    return s
+
+
+def case_nonblocking():
+    m = 5
+    rng = np.random.default_rng(2)
+    full = rng.standard_normal(m * SIZE)
+    mine = full[RANK * m:(RANK + 1) * m].copy()
+    g_heat = fd_grad(lambda v: heat_serial(v, STEPS), full)
+    xs = [rng.standard_normal(4) for _ in range(SIZE)]
+    g_ring = fd_grad(lambda v: ring_nb_serial(xs[:RANK] + [v] + xs[RANK + 1:]), xs[RANK])
+    frng = np.random.default_rng(60 + RANK)
+    for t in TARGETS:
+        v, g = zyg.value_and_grad(heat_nb, target=t)(mine.copy(), STEPS)
+        close(sum_over_ranks(v), heat_serial(full, STEPS), f"non-blocking heat value ({t})")
+        place = np.zeros(m * SIZE)
+        place[RANK * m:(RANK + 1) * m] = g
+        close(sum_over_ranks(place), g_heat, f"non-blocking heat gradient ({t})", 1e-6, 1e-8)
+        gs = {"heat": g}
+        v, g = zyg.value_and_grad(ring_nb, target=t)(xs[RANK].copy())
+        close(sum_over_ranks(v), ring_nb_serial(xs), f"non-blocking ring value ({t})")
+        close(g, g_ring, f"non-blocking ring gradient ({t})", 1e-6, 1e-8)
+        gs["ring"] = g
+        # forward mode: the tangents travel with the values, under the same requests; the sum
+        # over ranks of the output tangents is the sum over ranks of gradient . tangent
+        for name, f, x, rest in (("heat", heat_nb, mine, (STEPS,)), ("ring", ring_nb, xs[RANK], ())):
+            d = frng.standard_normal(x.size)
+            if t == "cpu" and name == "heat":
+                continue        # compile time: the ring's jvp covers both directions on cpu
+            y, ty = zyg.jvp(f, (x.copy(),) + rest, (d.copy(),) + (None,) * len(rest), target=t)
+            close(y, f(x.copy(), *rest), f"jvp value of {name} ({t})")
+            close(sum_over_ranks(ty), sum_over_ranks(np.dot(gs[name], d)), f"jvp of non-blocking {name} ({t})")
+            if t == "python":       # forward over the reverse code (second order compiles slowly on cpu)
+                hv = zyg.hvp(f, x.copy(), d.copy(), *rest, target=t)
+                eps = 1e-5
+                vg = zyg.grad(f, target=t)
+                fd = (vg(x + eps * d, *rest) - vg(x - eps * d, *rest)) / (2 * eps)
+                close(hv, fd, f"hvp of non-blocking {name} ({t})", 1e-5, 1e-7)
+        yield t
+
+
 CASES = {"allreduce": case_allreduce, "heat": case_heat, "bcast_reduce": case_bcast_reduce,
          "ring": case_ring, "tags": case_tags, "inactive": case_inactive,
-         "forward": case_forward}
+         "forward": case_forward, "nonblocking": case_nonblocking}
 
 if __name__ == "__main__":
     zyg.set_compile_notice(0)

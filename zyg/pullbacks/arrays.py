@@ -367,8 +367,19 @@ class ArrayMixin:
         info["targets"] = [i for i, a in enumerate(e.args)
                            if isinstance(a, Var) and a.id in self.p.active and
                            (i == rule.main or i in rule.local)]
+        link = getattr(rule, "link", None)
+        if link is not None:
+            # a non-blocking call: reversed at its wait, completed at its start (comm.py)
+            if not self.__dict__.get("_comm_checked"):
+                from .comm import check_links
+                check_links(self)
+                self._comm_checked = True
+            from .comm import link_name
+            info["link"] = link_name(st.var if link[0] == "start" else e.args[link[2]])
+            self.__dict__.setdefault("comm_links", set()).add(info["link"])
         stand = [f"_zyg_need_x{k}" for k in range(len(e.args))]
-        texts = [rule.back(stand, "_zyg_need_dy", str)] + \
+        extra = ("_zyg_link",) if link is not None else ()
+        texts = [rule.back(stand, "_zyg_need_dy", str, *extra)] + \
             [f(stand, "_zyg_need_dy", str) for f in rule.local.values()]
         names = {n.id for t in texts for n in ast.walk(ast.parse(t, mode="eval"))
                  if isinstance(n, ast.Name)}
@@ -397,9 +408,16 @@ class ArrayMixin:
         def ref(name: str) -> str:
             return self.ns.ref(rule.helpers[name], f"_zyg_{name}")
 
-        g = f"_g{self.new_tmp()}"
-        code.add(ind, f"{g} = {rule.back(x, dy, ref)}", st.loc)
-        parts = [(rule.main, g)] if rule.main is not None else []
+        link = info.get("link")
+        if link is not None and rule.link[0] == "wait":
+            # the reverse message starts here; the adjoint of the start completes it
+            code.add(ind, f"{link} = {rule.back(x, dy, ref, link)}", st.loc)
+            g = None
+        else:
+            g = f"_g{self.new_tmp()}"
+            extra = (link,) if link is not None else ()
+            code.add(ind, f"{g} = {rule.back(x, dy, ref, *extra)}", st.loc)
+        parts = [(rule.main, g)] if rule.main is not None and g is not None else []
         parts += [(i, f(x, dy, ref)) for i, f in rule.local.items()]
         for i, text in parts:
             if i not in info["targets"]:

@@ -206,6 +206,16 @@ class Forward:
             self.inplace(st, args, ind, code)
             return
         lhs = var_name(st.var) + " = " if st.var is not None else ""
+        own = getattr(fn, "_zyg_forward", None)
+        if own is not None:
+            # non-blocking communication (zyg/tasks/mpi.py): the value's and the tangent's
+            # messages travel under one request, which the wait completes
+            val, tan = own(args, [self.tz(a) for a in e.args],
+                           lambda name: self.ns.ref(fn._zyg_helpers[name], f"_zyg_{name}"))
+            code.add(ind, lhs + val, st.loc)
+            if tan is not None and st.var is not None and self.active(st.var):
+                code.add(ind, f"t_{var_name(st.var)} = {tan}", st.loc)
+            return
         if is_reshape(fn) and self.is_view(st.var):
             self.reshapes.check_code(st, args[0], ind, code)
         code.add(ind, lhs + self.call_src(st, args), st.loc)

@@ -966,6 +966,9 @@ class Emitter(ArrayMixin, StructuredMixin):
             if self.is_arr(v):
                 continue
             code.add(ind, f"{self.dname(v)} = {ZERO.get(self.kind(v), '0.0')}")
+        for z in sorted(self.__dict__.get("comm_links", ())):
+            # the handles of reverse messages in flight (pullbacks/comm.py)
+            code.add(ind, f"{z} = np.zeros(0, np.int64)")
         ret_blk = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
         rv = ret_blk.term.value
         for k, a in enumerate(self.p.ret_parts or ()):

@@ -62,6 +62,8 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
         fn._zyg_kind = _none_kind
         # numba's disk cache keeps no environment for object mode: callers compile afresh
         fn._zyg_uncacheable = formats
+        # the path ends here (pullbacks/comm.py: a request need not be waited for after it)
+        fn._zyg_raises = not check
         hooks.generated_nondifferentiable(fn)
         _RAISERS[key] = fn
     return fn

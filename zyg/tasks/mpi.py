@@ -13,6 +13,12 @@ primal                        adjoint
 ``send(x, dest, tag)``        receive from ``dest`` into a temporary, add it into ``dx``
 ``recv(x, source, tag)``      send ``dx`` to ``source``, zero ``dx``; ``x`` rewound
 ``sendrecv(s, d, r, src)``    ``sendrecv(dr -> src, tmp <- d)``, ``ds += tmp``
+``isend(x, dest, tag)``       at the adjoint of its wait: ``irecv`` of a temporary from
+                              ``dest``; at the adjoint of the isend: wait, ``dx += tmp``
+``irecv(x, source, tag)``     at the adjoint of its wait: ``isend`` of a copy of ``dx``
+                              to ``source``, ``dx`` zeroed, ``x`` rewound; at the
+                              adjoint of the irecv: wait
+``wait(r)``, ``waitall(rs)``  where the reverse messages start (above)
 ============================  =====================================================
 
 How: the front end (:func:`_lower_mpi`, a hook of ``zyg/ssa/hooks.CALL_LOWERINGS``) turns
@@ -30,8 +36,27 @@ with tag 0 where the receive took any tag (numba-mpi drops the status that would
 MPI keeps the order of one pair's messages, so the reverse matches them in order).  A
 receive with any tag of a message sent with a tag other than 0 therefore has no matching
 reverse: give such receives the sender's tag.
+Non-blocking calls are "reversed at their wait" (``pullbacks/comm.py``).  The front end
+links each wait to the start that made its request (:func:`_lower_wait`: the request is
+the name the start's tuple was unpacked into, or a tuple of such names for ``waitall``):
+``status, req = isend(x, dest, tag)`` becomes ``h = isend_start(x, dest, tag)``, a handle
+(an int64 array holding the MPI request and a copy of ``x``, read at the start), and its
+wait ``isend_wait(h, x, dest, tag)``; ``irecv(buf, source, tag)`` becomes ``h =
+irecv_start(buf, source, tag)`` (the message lands in the handle's memory) and its wait
+the write ``buf[...] = irecv_wait(h, buf, source, tag)``, rewound like any write.  The
+waits of a ``waitall`` run in the order their requests started.  The reverse of a
+non-blocking call is the non-blocking call of the other direction: the adjoint of the wait
+starts it and keeps its handle in a variable of the adjoint code, and the adjoint of the
+start completes it, so that an exchange written ``irecv; isend; waitall`` reverses without
+a blocking call that could deadlock.  ``pullbacks/comm.check_links`` refuses, at the
+user's line, requests it cannot link (from a branch join, carried across iterations,
+stored, never waited or waited twice, a path that leaves before the wait) and sends (or
+receives) completed out of their start order, whose reverse messages MPI could pair
+differently.  Forward mode sends a tangent right after its value under the same handle
+(``isend_start2`` ...).
+
 Not supported yet (a ``zyg.UnsupportedSyntax`` at the call): ``MIN``/``MAX`` reductions,
-receives from ``ANY_SOURCE``, non-blocking calls (``isend``, ``irecv``, ``wait*``),
+receives from ``ANY_SOURCE``, ``test``/``testall``/``testany``/``waitany``,
 ``scatter``/``gather``/``allgather``.  Forward mode (``jvp``) sends the tangents as the
 primal sent the values, and forward over the reverse code (``hvp``, ``hessian``) does the
 same with the reverse code's messages.
@@ -116,6 +141,115 @@ def sendrecv_(x, dest, like, source, sendtag, recvtag):
     return out
 
 
+# -- non-blocking calls: a request is a handle, an int64 array ----------------------------------
+#
+# ``[req0, req1, 0, 0 | data block 0 | data block 1]``: the MPI requests (one, or two in forward
+# mode: the value's and the tangent's message), then the message's data, which the handle
+# keeps alive until the wait (a send's copy of its array, a receive's landing buffer).  Its
+# kind, ``i8[1]``, is not differentiable: a request is never active.  (The functions call no
+# helper of their own: code calling numba-mpi is compiled without its plain callees.)
+
+_HEAD = 4       # int64 words before the data
+
+
+def isend_start(x, dest, tag):
+    """``numba_mpi.isend(x, dest, tag)``: a copy of ``x``, sent from the handle's memory."""
+    a = np.ascontiguousarray(x)
+    nw = (a.size * a.itemsize + 7) // 8
+    h = np.zeros(_HEAD + nw, np.int64)
+    b = h[_HEAD:_HEAD + nw].view(a.dtype)[:a.size]
+    b[:] = a.reshape(a.size)
+    st, req = _mpi.isend(b, dest, tag)
+    h[0] = req[0]
+    return h
+
+
+def irecv_start(like, source, tag):
+    """``numba_mpi.irecv`` of an array like ``like``, into the handle's memory (the user's
+    buffer is written at the wait: ``irecv_wait``)."""
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    a = np.ascontiguousarray(like)
+    nw = (a.size * a.itemsize + 7) // 8
+    h = np.zeros(_HEAD + nw, np.int64)
+    st, req = _mpi.irecv(h[_HEAD:_HEAD + nw].view(a.dtype)[:a.size], source, tag)
+    h[0] = req[0]
+    return h
+
+
+def isend_wait(h, x, dest, tag):
+    """The wait of an ``isend_start`` (``x``, ``dest``, ``tag``: its operands, which the
+    reverse reads); MPI's status."""
+    r = np.empty(1, _mpi.RequestType)
+    r[0] = h[0]
+    return _mpi.wait(r)
+
+
+def irecv_wait(h, like, source, tag):
+    """The wait of an ``irecv_start``: the received array, shaped like ``like``."""
+    r = np.empty(1, _mpi.RequestType)
+    r[0] = h[0]
+    _mpi.wait(r)
+    a = np.ascontiguousarray(like)
+    nw = (a.size * a.itemsize + 7) // 8
+    return h[_HEAD:_HEAD + nw].view(a.dtype)[:a.size].reshape(a.shape).copy()
+
+
+# forward mode: the tangent travels as a second message right after the value's (as a
+# blocking call's tangent does), both requests in one handle
+
+def isend_start2(x, tx, dest, tag):
+    a = np.ascontiguousarray(x)
+    nw = (a.size * a.itemsize + 7) // 8
+    h = np.zeros(_HEAD + 2 * nw, np.int64)
+    b = h[_HEAD:_HEAD + nw].view(a.dtype)[:a.size]
+    b[:] = a.reshape(a.size)
+    st, req = _mpi.isend(b, dest, tag)
+    h[0] = req[0]
+    b1 = h[_HEAD + nw:_HEAD + 2 * nw].view(a.dtype)[:a.size]
+    b1[:] = np.ascontiguousarray(tx).reshape(a.size)
+    st, req = _mpi.isend(b1, dest, tag)
+    h[1] = req[0]
+    return h
+
+
+def irecv_start2(like, source, tag):
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    a = np.ascontiguousarray(like)
+    nw = (a.size * a.itemsize + 7) // 8
+    h = np.zeros(_HEAD + 2 * nw, np.int64)
+    st, req = _mpi.irecv(h[_HEAD:_HEAD + nw].view(a.dtype)[:a.size], source, tag)
+    h[0] = req[0]
+    st, req = _mpi.irecv(h[_HEAD + nw:_HEAD + 2 * nw].view(a.dtype)[:a.size], source, tag)
+    h[1] = req[0]
+    return h
+
+
+def isend_wait2(h):
+    r = np.empty(2, _mpi.RequestType)
+    r[0] = h[0]
+    r[1] = h[1]
+    return _mpi.waitall(r)
+
+
+def irecv_wait2(h, like):
+    r = np.empty(2, _mpi.RequestType)
+    r[0] = h[0]
+    r[1] = h[1]
+    _mpi.waitall(r)
+    a = np.ascontiguousarray(like)
+    nw = (a.size * a.itemsize + 7) // 8
+    return h[_HEAD:_HEAD + nw].view(a.dtype)[:a.size].reshape(a.shape).copy()
+
+
+def irecv_tangent2(h, like):
+    """The tangent received by ``irecv_wait2`` (which waited for it)."""
+    a = np.ascontiguousarray(like)
+    nw = (a.size * a.itemsize + 7) // 8
+    return h[_HEAD + nw:_HEAD + 2 * nw].view(a.dtype)[:a.size].reshape(a.shape).copy()
+
+
 # -- their adjoints ----------------------------------------------------------------------------
 
 def bcast_back(dy, root):
@@ -171,19 +305,29 @@ def sendrecv_back(dy, source, like, dest, sendtag, recvtag):
 class CommRule:
     """The reverse of a communicating primitive (``pullbacks/arrays.prepare_comm``).
 
-    ``back(x, dy)`` -> the source of the reverse communication (always run), given the
-    sources of the operands ``x`` and of the result's cotangent ``dy``; its value is the
-    contribution to operand ``main`` (None: a status, no contribution).  ``local[i](x, dy)``:
-    a contribution to operand ``i`` without communication.  ``like``: the operand whose
-    shape and dtype the result has (its cotangent is zero where the result is inactive);
-    None where the result is a status."""
+    ``back(x, dy, ref)`` -> the source of the reverse communication (always run), given the
+    sources of the operands ``x`` and of the result's cotangent ``dy`` (``ref(name)`` names
+    a helper); its value is the contribution to operand ``main`` (None: a status, no
+    contribution).  ``local[i](x, dy)``: a contribution to operand ``i`` without
+    communication.  ``like``: the operand whose shape and dtype the result has (its
+    cotangent is zero where the result is inactive); None where the result is a status.
+
+    Non-blocking calls (``pullbacks/comm.py``): ``link`` is ``("start", d)`` or
+    ``("wait", d, k)`` (``d``: ``"s"`` or ``"r"``; ``k``: the operand holding the request),
+    and ``back`` takes a fourth argument, the adjoint's variable holding the reverse
+    message's request: the wait's ``back`` starts that message (its value is the request),
+    the start's ``back`` completes it.  ``dirs``: the directions a blocking call completes
+    (``"s"``, ``"r"``), checked against pending non-blocking ones."""
 
     def __init__(self, back: Callable, main: Optional[int], like: Optional[int],
-                 local: Optional[Dict[int, Callable]] = None):
+                 local: Optional[Dict[int, Callable]] = None, link: Optional[tuple] = None,
+                 dirs: tuple = ()):
         self.back = back
         self.main = main
         self.like = like
         self.local = local or {}
+        self.link = link
+        self.dirs = dirs
         self.helpers = HELPERS
 
 
@@ -224,12 +368,36 @@ _declare(bcast_from, CommRule(lambda x, dy, r: f"{r('bcast_back')}({dy}, {x[1]})
 _declare(reduce_sum, CommRule(lambda x, dy, r: f"{r('reduce_back')}({dy}, {x[2]})", 0, 1,
                               {1: lambda x, dy, r: f"{r('reduce_keep')}({dy}, {x[2]})"}),
          _kind_like(1), (0, 1))
-_declare(send_to, CommRule(lambda x, dy, r: f"{r('send_back')}({x[0]}, {x[1]}, {x[2]})", 0, None),
-         lambda kinds: "int", (0,))
-_declare(recv_from, CommRule(lambda x, dy, r: f"{r('recv_back')}({dy}, {x[1]}, {x[2]})", None, 0),
-         _kind_like(0), ())
+_declare(send_to, CommRule(lambda x, dy, r: f"{r('send_back')}({x[0]}, {x[1]}, {x[2]})", 0, None,
+                           dirs=("s",)), lambda kinds: "int", (0,))
+_declare(recv_from, CommRule(lambda x, dy, r: f"{r('recv_back')}({dy}, {x[1]}, {x[2]})", None, 0,
+                             dirs=("r",)), _kind_like(0), ())
 _declare(sendrecv_, CommRule(lambda x, dy, r: f"{r('sendrecv_back')}({dy}, {x[3]}, {x[0]}, {x[1]}, "
-                                             f"{x[4]}, {x[5]})", 0, 2), _kind_like(2), (0,))
+                                             f"{x[4]}, {x[5]})", 0, 2, dirs=("s", "r")),
+         _kind_like(2), (0,))
+# non-blocking calls: the reverse of a non-blocking call is the non-blocking call of the
+# other direction, started at the adjoint of the wait (into the variable z) and completed at
+# the adjoint of the start
+_HANDLE = "i8[1]"
+_declare(isend_start, CommRule(lambda x, dy, r, z: f"{r('irecv_wait')}({z}, {x[0]}, {x[1]}, {x[2]})",
+                               0, None, link=("start", "s")), lambda kinds: _HANDLE, (0,))
+_declare(irecv_start, CommRule(lambda x, dy, r, z: f"{r('isend_wait')}({z}, None, 0, 0)",
+                               None, None, link=("start", "r")), lambda kinds: _HANDLE, ())
+_declare(isend_wait, CommRule(lambda x, dy, r, z: f"{r('irecv_start')}({x[1]}, {x[2]}, {x[3]})",
+                              None, None, link=("wait", "s", 0)), lambda kinds: "int", ())
+_declare(irecv_wait, CommRule(lambda x, dy, r, z: f"{r('isend_start')}({dy}, {x[2]}, max({x[3]}, 0))",
+                              None, 1, link=("wait", "r", 0)), _kind_like(1), (0,))
+for _f, _k in ((isend_start2, lambda kinds: _HANDLE), (irecv_start2, lambda kinds: _HANDLE),
+               (isend_wait2, lambda kinds: "int"), (irecv_wait2, _kind_like(1)),
+               (irecv_tangent2, _kind_like(1))):
+    _declare(_f, None, _k, ())      # forward-mode code only
+# forward mode (pullbacks/forward.py): (value, tangent) sources from the operands' sources
+# ``a`` and their tangents ``t``
+isend_start._zyg_forward = lambda a, t, r: (f"{r('isend_start2')}({a[0]}, {t[0]}, {a[1]}, {a[2]})", None)
+irecv_start._zyg_forward = lambda a, t, r: (f"{r('irecv_start2')}({a[0]}, {a[1]}, {a[2]})", None)
+isend_wait._zyg_forward = lambda a, t, r: (f"{r('isend_wait2')}({a[0]})", None)
+irecv_wait._zyg_forward = lambda a, t, r: (f"{r('irecv_wait2')}({a[0]}, {a[1]})",
+                                           f"{r('irecv_tangent2')}({a[0]}, {a[1]})")
 # the reverse code's helpers: linear in the cotangent they move
 _declare(bcast_back, None, _kind_like(0), (0,))
 _declare(reduce_back, None, _kind_like(0), (0,))
@@ -239,7 +407,11 @@ _declare(recv_back, None, lambda kinds: "int", (0,))
 _declare(sendrecv_back, None, _kind_like(2), (0,))
 
 HELPERS.update({f.__name__: f for f in (allreduce_sum, bcast_back, reduce_back, reduce_keep,
-                                         send_back, recv_back, sendrecv_back)})
+                                         send_back, recv_back, sendrecv_back, isend_start,
+                                         irecv_start, isend_wait, irecv_wait, isend_start2,
+                                         irecv_start2, isend_wait2, irecv_wait2, irecv_tangent2)})
+for _f in (isend_start, irecv_start, isend_wait, irecv_wait):
+    _f._zyg_helpers = HELPERS
 
 
 # -- the front end's hook ------------------------------------------------------------------------
@@ -302,12 +474,19 @@ def _lower_mpi(low, fn, node, hint: str):
         what = getattr(getattr(fn, "py_func", fn), "__name__", "this function")
         raise low.unsupported(node, f"numba_mpi.{what}() is not supported in differentiated code",
                               "docs/parallel.md lists the numba-mpi calls zyg reverses")
-    if name in ("isend", "irecv", "wait", "waitall", "waitany", "test", "testall", "testany",
-                "scatter", "gather", "allgather"):
+    if name in ("waitany", "test", "testall", "testany"):
+        raise low.unsupported(node, f"numba_mpi.{name}() is not supported in differentiated code",
+                              "complete requests with wait(req) or waitall((r1, r2, ...)) "
+                              "(docs/parallel.md)")
+    if name in ("scatter", "gather", "allgather"):
         raise low.unsupported(node, f"numba_mpi.{name}() is not supported in differentiated code yet",
-                              "use the blocking calls (send, recv, sendrecv) and the collectives "
-                              "allreduce, bcast, reduce (docs/parallel.md)")
+                              "use the point-to-point calls and the collectives allreduce, bcast, "
+                              "reduce (docs/parallel.md)")
     got = _bind(low, fn, name, node)
+    if name in ("isend", "irecv"):
+        return _lower_start(low, name, got, node, hint)
+    if name in ("wait", "waitall"):
+        return _lower_wait(low, name, got, node)
     if name in ("allreduce", "reduce"):
         opn = got.get("operator")
         op = _Op.SUM if opn is None else _known(low, opn)
@@ -349,3 +528,137 @@ def _lower_mpi(low, fn, node, hint: str):
 
 
 hooks.CALL_LOWERINGS.insert(0, _lower_mpi)
+
+
+# -- non-blocking calls in the front end -----------------------------------------------------------
+
+class _Request:
+    """A non-blocking call the front end lowered: the handle ``h`` its start returned, the
+    tuple ``t`` ``(status, request)`` the user's code sees, the start's operands."""
+
+    def __init__(self, name: str, h, t, ops: list, seq: int, line: int):
+        self.name, self.h, self.t, self.ops, self.seq, self.line = name, h, t, ops, seq, line
+        self.waited: Optional[int] = None
+
+
+def _requests(low) -> Dict[int, _Request]:
+    got = low.__dict__.get("_zyg_mpi_requests")
+    if got is None:
+        got = low._zyg_mpi_requests = {}
+    return got
+
+
+def _lower_start(low, name: str, got: Dict[str, Any], node, hint: str):
+    """``status, req = numba_mpi.isend(x, dest, tag)`` / ``irecv(buf, source, tag)``: the
+    start of the message, ``h = isend_start(x, dest, tag)``, whose value is a handle that
+    the wait completes; the call's value is the tuple ``(0, h)``."""
+    from ..ssa.ir import Const
+    from ..ssa.prims import MakeTuple
+
+    def ex(key, default=None):
+        v = got.get(key)
+        return low.expr(v) if v is not None else Const(default)
+    if name == "isend":
+        ops = [ex("data"), ex("dest"), ex("tag", 0)]
+        h = low.emit(isend_start, ops, node, "req")
+    else:
+        src = got.get("source")
+        if src is None or _known(low, src) == ANY_SOURCE:
+            raise low.unsupported(node, "numba_mpi.irecv() from any source cannot be reversed "
+                                        "(numba-mpi drops the status that names the sender)",
+                                  "pass source= explicitly")
+        ops = [ex("data"), ex("source"), ex("tag", ANY_TAG)]
+        h = low.emit(irecv_start, ops, node, "req")
+    t = low.emit(MakeTuple(), [Const(0), h], node, hint)
+    reqs = _requests(low)
+    rq = _Request(name, h, t, ops, len(reqs), low.src.loc(node).lineno)
+    reqs[h.id] = reqs[t.id] = rq
+    return t
+
+
+def _resolved(low, v, seen=None):
+    """``v`` through the front end's block parameters that take one value on every edge."""
+    from ..ssa.ir import Var
+    seen = seen or set()
+    while isinstance(v, Var) and v.id in low.param_block and v.id not in seen:
+        seen.add(v.id)
+        if low.param_block[v.id] not in low.sealed:
+            return v
+        ins = {id(a): a for a in (_resolved(low, a, seen) for a in low.incoming.get(v.id, []))
+               if a is not v}
+        if len(ins) != 1:
+            return v
+        v = next(iter(ins.values()))
+    return v
+
+
+def _definition(low, v):
+    for blk in low.blocks.values():
+        for st in blk.stmts:
+            if st.var is v:
+                return st
+    return None
+
+
+def _request_of(low, v, node, what: str) -> list:
+    """The non-blocking calls whose requests the operand ``v`` holds (a request, or a tuple of
+    them); ``UnsupportedSyntax`` where the front end cannot tell."""
+    from ..ssa.ir import Const, Var
+    from ..ssa.prims import GetItem, MakeTuple
+    reqs = _requests(low)
+    v = _resolved(low, v)
+    if isinstance(v, Var):
+        rq = reqs.get(v.id)
+        if rq is not None and rq.h is v:
+            return [rq]
+        st = _definition(low, v)
+        if st is not None and isinstance(st.expr.fn, GetItem) and tuple(st.expr.fn.spec) == ("i",) \
+                and isinstance(st.expr.args[1], Const) and st.expr.args[1].value == 1:
+            t = _resolved(low, st.expr.args[0])
+            rq = reqs.get(t.id) if isinstance(t, Var) else None
+            if rq is not None and rq.t is t:
+                return [rq]
+        if st is not None and isinstance(st.expr.fn, MakeTuple) and st.expr.fn.cls is None \
+                and v.id not in reqs:
+            out = []
+            for a in st.expr.args:
+                out += _request_of(low, a, node, what)
+            return out
+    raise low.unsupported(node, f"numba_mpi.{what}(): zyg cannot tell which isend or irecv "
+                                "started this request",
+                          "wait for a request made in the same block of code, by its name: "
+                          "status, req = mpi.irecv(buf, source, tag) ... mpi.wait(req), or "
+                          "mpi.waitall((req1, req2))")
+
+
+def _lower_wait(low, name: str, got: Dict[str, Any], node):
+    """``numba_mpi.wait(req)`` / ``waitall((r1, r2))``: the wait of each request, in the
+    order they were started; a receive's buffer is written here, ``buf[...] =
+    irecv_wait(h, buf, source, tag)`` (rewound as any write)."""
+    import gast
+    from ..ssa.ir import Call, Const, Stmt
+    from ..ssa.prims import SetItem
+    arg = got.get("request" if name == "wait" else "requests")
+    if arg is None:
+        raise low.unsupported(node, f"numba_mpi.{name}() needs its request")
+    if name == "waitall" and isinstance(arg, (gast.Tuple, gast.List)):
+        found = []
+        for e in arg.elts:
+            found += _request_of(low, low.expr(e), node, name)
+    else:
+        found = _request_of(low, low.expr(arg), node, name)
+    if name == "wait" and len(found) != 1:
+        raise low.unsupported(node, "numba_mpi.wait() takes one request", "mpi.waitall((r1, r2))")
+    for rq in sorted(found, key=lambda q: q.seq):
+        if rq.waited is not None:
+            raise low.unsupported(node, f"the request of the {rq.name}() of line {rq.line} is waited "
+                                        f"for twice (first at line {rq.waited})",
+                                  "wait for each request exactly once")
+        rq.waited = low.src.loc(node).lineno
+        if rq.name == "isend":
+            low.emit(isend_wait, [rq.h] + rq.ops, node)
+        else:
+            value = low.emit(irecv_wait, [rq.h] + rq.ops, node, "received")
+            low.blocks[low.cur].stmts.append(Stmt(None, Call(SetItem(("e",), "numba_mpi.irecv()", "unsafe", True),
+                                                             [rq.ops[0], value]), low.src.loc(node)))
+    return Const(0)
