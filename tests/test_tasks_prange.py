@@ -4,7 +4,8 @@ zyg/tasks/prange.py, docs/parallel.md).
 The cases (tests/prange/cases.py) are written as numba users write them: independent
 writes with a scalar sum, a gather with repeated indices, a heat stencil in a time loop
 with ping-pong buffers, GMM-style shared parameters, conditional and integer sums with
-``continue`` and a nested prange, a written array read elsewhere.  Each gradient is
+``continue`` and a nested prange, a written array read elsewhere, min and max reductions
+(the value before the loop winning or not).  Each gradient is
 checked against central differences of the serial program (prange is range in plain
 Python) on both targets, with 1 and 2 threads; a stress test adds a million contributions
 into two shared elements (lost additions would show); numba's ``workqueue`` layer runs in
@@ -53,7 +54,7 @@ def test_python_target_is_the_serial_program(name):
 
 
 # on cpu every path of the reverse loop once (independent writes and sums are in the others)
-CPU = ["gather", "stencil", "gmm_like", "branches", "shared_read"]
+CPU = ["gather", "stencil", "gmm_like", "branches", "shared_read", "extremes"]
 
 
 @pytest.mark.parametrize("name", CPU)
@@ -191,7 +192,7 @@ def _line_of(f, text):
 
 
 @pytest.mark.parametrize("f, text, words", [
-    (not_a_sum, "p *= x[i]", "not a sum reduction"),
+    (not_a_sum, "p *= x[i]", "not a sum, min or max reduction"),
     (last_value, "v = x[i] * 2.0", "read after it"),
     (stepped, "prange(0, x.shape[0], 2)", "prange(start, stop)"),
 ])

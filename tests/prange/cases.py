@@ -93,6 +93,21 @@ def shared_read(x):
     return np.sum(y * y)
 
 
+def extremes(x, w, c):
+    """min and max reductions (the winner's iteration gets the cotangent; the value before
+    the loop when nothing beats it) beside a sum."""
+    n = x.shape[0]
+    hi = c
+    lo = 1e300
+    s = 0.0
+    for i in prange(n):
+        v = np.sin(x[i] * w)
+        hi = max(hi, v * x[i])
+        lo = min(v, lo)
+        s += v
+    return hi * 2.0 + lo + s
+
+
 def inputs(seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=40)
@@ -104,6 +119,8 @@ def inputs(seed=0):
                      (0, 1, 2)),
         "branches": (branches, (x, rng.normal(size=40)), (0, 1)),
         "shared_read": (shared_read, (x,), (0,)),
+        "extremes": (extremes, (x, 0.8, 0.3), (0, 1, 2)),
+        "extremes_initial": (extremes, (x, 0.8, 5.0), (0, 1, 2)),
     }
 
 

@@ -1083,11 +1083,11 @@ class Lowerer:
             if n in scan.stores and (n in scan.exposed or n in after):
                 raise self.unsupported(st, f"the prange loop both rebinds {n!r} and writes into it")
         arrays = [n for n in arrays if n not in scan.stores]
-        sums = []
+        sums, ops = [], []
         for n in sorted(scan.stores - scan.mutated - {t}):
             if n not in scan.exposed and n not in after:
                 continue                    # private to an iteration
-            bad = _not_a_sum(st.body, n)
+            op, bad = _reduction(st.body, n, self.static_value)
             if n not in scan.exposed:
                 where = next((m for b in st.body for m in gast.walk(b)
                               if isinstance(m, gast.Name) and m.id == n), st)
@@ -1098,11 +1098,13 @@ class Lowerer:
             if bad is not None:
                 raise self.unsupported(bad if bad is not None else st,
                                        f"{n!r} is carried from one iteration of the prange loop "
-                                       "to the next, and is not a sum reduction",
-                                       "only sums (s += x, s -= x, s = s + x) may be carried "
-                                       "between the iterations of a parallel loop; assign other "
-                                       "values to an array element per iteration")
+                                       "to the next, and is not a sum, min or max reduction",
+                                       "only reductions (s += x, s -= x, s = s + x, "
+                                       "m = max(m, x), m = min(m, x)) may be carried between the "
+                                       "iterations of a parallel loop; assign other values to an "
+                                       "array element per iteration")
             sums.append(n)
+            ops.append(op)
         carried = arrays + sums
         free = sorted(n for n in scan.loads - scan.stores - {t} if n not in carried)
         c_ops: List[Operand] = []
@@ -1128,6 +1130,7 @@ class Lowerer:
         scattered = [n for n in f_names if n not in private and _scattered(st.body, n, t)]
         loop.fn.arrays, loop.fn.shared, loop.fn.private = len(arrays), shared, private
         loop.fn.scattered = scattered
+        loop.fn.ops = ["array"] * len(arrays) + ops
         z = self.emit(loop, [T, start, Const(0)] + c_ops + f_ops, st, "prange")
         for k, n in enumerate(carried):
             v = self.emit(prims.part(k), [z] + c_ops, st, n)
@@ -2130,22 +2133,45 @@ def _mentions(node, name: str) -> bool:
     return any(isinstance(n, gast.Name) and n.id == name for n in gast.walk(node))
 
 
-def _not_a_sum(body, name: str):
-    """The first place in ``body`` where ``name`` is used otherwise than as a sum reduction
-    (``name += e``, ``name -= e``, ``name = name + e``, ``name = name - e``,
-    ``name = e + name`` with ``e`` not reading ``name``), or None."""
+_MINMAX = {builtins.max: "max", builtins.min: "min", np.maximum: "max", np.minimum: "min",
+           np.fmax: "max", np.fmin: "min"}
+
+
+def _minmax(f) -> Optional[str]:
+    try:
+        return _MINMAX.get(f)
+    except TypeError:           # an unhashable value
+        return None
+
+
+def _reduction(body, name: str, static_value):
+    """How ``body`` reduces ``name``: ``("sum", None)`` for ``name += e``, ``name -= e``,
+    ``name = name + e``, ``name = name - e``, ``name = e + name``; ``("max", None)`` or
+    ``("min", None)`` for ``name = max(name, e)`` / ``max(e, name)`` (``min``,
+    ``np.maximum``...) -- ``e`` never reading ``name``, one kind throughout; else
+    ``(None, node)``, the first place where it is used otherwise."""
     ok: Set[int] = set()
+    kinds: Set[str] = set()
     for b in body:
         for n in gast.walk(b):
             if isinstance(n, gast.AugAssign) and isinstance(n.target, gast.Name) and n.target.id == name:
                 if not isinstance(n.op, (gast.Add, gast.Sub)) or _mentions(n.value, name):
-                    return n
+                    return None, n
                 ok.add(id(n.target))
+                kinds.add("sum")
             elif isinstance(n, gast.Assign) and len(n.targets) == 1 and \
                     isinstance(n.targets[0], gast.Name) and n.targets[0].id == name:
                 v = n.value
+                if isinstance(v, gast.Call) and not v.keywords and len(v.args) == 2 and \
+                        _minmax(static_value(v.func)) is not None:
+                    mine = [isinstance(a, gast.Name) and a.id == name for a in v.args]
+                    if mine.count(True) != 1 or _mentions(v.args[mine.index(False)], name):
+                        return None, n
+                    ok.update((id(n.targets[0]), id(v.args[mine.index(True)])))
+                    kinds.add(_minmax(static_value(v.func)))
+                    continue
                 if not isinstance(v, gast.BinOp):
-                    return n
+                    return None, n
                 left = isinstance(v.left, gast.Name) and v.left.id == name
                 right = isinstance(v.right, gast.Name) and v.right.id == name
                 if left and isinstance(v.op, (gast.Add, gast.Sub)) and not _mentions(v.right, name):
@@ -2153,12 +2179,16 @@ def _not_a_sum(body, name: str):
                 elif right and isinstance(v.op, gast.Add) and not _mentions(v.left, name):
                     ok.update((id(n.targets[0]), id(v.right)))
                 else:
-                    return n
+                    return None, n
+                kinds.add("sum")
     for b in body:
         for n in gast.walk(b):
             if isinstance(n, gast.Name) and n.id == name and id(n) not in ok:
-                return n
-    return None
+                return None, n
+    if len(kinds) != 1:
+        return None, next((m for b in body for m in gast.walk(b)
+                           if isinstance(m, gast.Name) and m.id == name), None)
+    return kinds.pop(), None
 
 
 def _reads_elsewhere(body, name: str) -> bool:

@@ -7,8 +7,11 @@ a *step function* of one iteration, ``step(i, *written arrays, *sums, *read valu
 back by one ``PPart(k)`` per carried value (the written arrays' new contents are written
 back into them, a write the adjoint rewinds as any other).  The carried values are the
 arrays the body writes into and its sum reductions (``s += e``); every other value the
-body assigns is private to its iteration, as numba makes it.  Other reductions (``*=``,
-``min``/``max``) and values carried otherwise are refused at the user's line.
+body assigns is private to its iteration, as numba makes it.  ``m = max(m, e)`` and
+``min`` are reductions too: the forward pass keeps every iteration's candidate and picks
+the winner (the earliest of equal ones; the value before the loop if none beats it), and
+the reverse gives the cotangent to the winner only.  Other reductions (``*=``) and values
+carried otherwise are refused at the user's line.
 
 What runs, as compiled code of the target (``parallel=True`` on cpu; serially on the
 python target, the same semantics):
@@ -156,6 +159,18 @@ def _zero(k: str) -> str:
     return "0" if k == "int" else "0.0"
 
 
+_DT = {"int": "int64", "float": "float64"}
+
+
+def _identity(op: str, k: str) -> str:
+    """The value a reduction starts each iteration's contribution from."""
+    if op == "max":
+        return "-9223372036854775807" if k == "int" else "-np.inf"
+    if op == "min":
+        return "9223372036854775807" if k == "int" else "np.inf"
+    return _zero(k)
+
+
 def _tuple(names: List[str]) -> str:
     return "(" + "".join(n + ", " for n in names) + ")"
 
@@ -187,11 +202,26 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
     diff_free = [j for j in range(m) if differentiable(fk[j])]
     slot = {i - 1: s for s, i in enumerate(diff)}      # operand index -> adjoint result slot
 
+    ops = runner.ops
+    mm = [i for i in sums if ops[i] in ("max", "min")]
+
     def take(i: int) -> str:
         return "_r" if n == 1 else f"_r[{i}]"
 
     def step_args(t: str, arrays: List[str]) -> List[str]:
-        return [t] + arrays + [_zero(ck[i]) for i in sums] + fn_
+        return [t] + arrays + [_identity(ops[i], ck[i]) for i in sums] + fn_
+
+    def winners(ind: str) -> None:
+        """``_w<i>``: the iteration whose candidate won min/max reduction i (-1: the value
+        before the loop; ties go to the earliest), ``_b<i>`` the result."""
+        for i in mm:
+            cmp = ">" if ops[i] == "max" else "<"
+            lines.append(f"{ind}_w{i} = -1")
+            lines.append(f"{ind}_b{i} = c{i}")
+            lines.append(f"{ind}for _k in range(T):")
+            lines.append(f"{ind}    if _v{i}[_k] {cmp} _b{i}:")
+            lines.append(f"{ind}        _b{i} = _v{i}[_k]")
+            lines.append(f"{ind}        _w{i} = _k")
 
     lines: List[str] = []
     # -- forward: the iterations in parallel over a copy of the written arrays
@@ -199,13 +229,17 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
     for i in range(na):
         lines.append(f"    c{i} = c{i}.copy()")
     for i in sums:
-        lines.append(f"    _s{i} = {_zero(ck[i])}")
+        if i in mm:
+            lines.append(f"    _v{i} = np.empty(T, np.{_DT[ck[i]]})")
+        else:
+            lines.append(f"    _s{i} = {_zero(ck[i])}")
     lines.append("    for _k in _pl_prange(T):")
     lines.append(f"        _r, _tp = _pl_run({', '.join(step_args('t0 + _k', cn[:na]))})")
     for i in sums:
-        lines.append(f"        _s{i} += {take(i)}")
+        lines.append(f"        _v{i}[_k] = {take(i)}" if i in mm else f"        _s{i} += {take(i)}")
+    winners("    ")
     for i in sums:
-        lines.append(f"    c{i} = c{i} + _s{i}")
+        lines.append(f"    c{i} = _b{i}" if i in mm else f"    c{i} = c{i} + _s{i}")
     _pack_src(lines, ck, cn, "_z", "    ")
     lines.append("    return _z")
     lines.append("")
@@ -235,15 +269,36 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
     for j in diff_free:
         if not is_array(fk[j]):
             lines.append(f"    _gs{j} = 0.0")
-    # the written arrays' cotangents are in their shadows: their parts of dy are not read
-    dy = "d0" if n == 1 else _tuple(ds)
+    if mm:
+        # which iteration won each min/max: the candidates once more, on a copy of the
+        # written arrays (the iterations' own writes must not be seen by their recomputation)
+        for i in range(na):
+            lines.append(f"    _cw{i} = c{i}.copy()")
+        for i in mm:
+            lines.append(f"    _v{i} = np.empty(T, np.{_DT[ck[i]]})")
+        lines.append("    for _k in _pl_prange(T):")
+        lines.append(f"        _r, _tp = _pl_run({', '.join(step_args('t0 + _k', [f'_cw{i}' for i in range(na)]))})")
+        for i in mm:
+            lines.append(f"        _v{i}[_k] = {take(i)}")
+        winners("    ")
+    # the written arrays' cotangents are in their shadows: their parts of dy are not read;
+    # a sum's cotangent reaches every iteration, a min/max's only the winner's
+    dys = [f"_e{i}" if i in mm else f"d{i}" for i in range(n)]
+    dy = dys[0] if n == 1 else _tuple(dys)
     lines.append(f"    for _k in {loop}(T):")
+    for i in mm:
+        lines.append(f"        _e{i} = 0.0")
+        lines.append(f"        if _k == _w{i}:")
+        lines.append(f"            _e{i} = d{i}")
     lines.append("        _tid = 0" if serial else "        _tid = _pl_tid()")
     lines.append(f"        _r, _tp = _pl_rec({', '.join(step_args('t0 + _k', cn[:na]) + shadows)})")
     lines.append(f"        _g = _pl_adj(*_tp, {dy})")
     for j in diff_free:
         if not is_array(fk[j]):
             lines.append(f"        _gs{j} += _g[{slot[n + j]}]")
+    for i in mm:
+        lines.append(f"    if _w{i} != -1:")
+        lines.append(f"        d{i} = 0.0")
     gs = []
     for j in diff_free:
         if is_array(fk[j]) and (runner.names[n + j] in runner.private or 1 + n + j in atomic):
@@ -286,7 +341,9 @@ def build_tangent(runner: "PRunner", kinds: List[str], target: str):
     fn_ = [f"f{j}" for j in range(m)]
     tcn = [f"tc{i}" for i in range(n)]
     tfn = [f"tf{j}" for j in range(m)]
-    primal = [None] + cn[:na] + [_zero(ck[i]) for i in sums] + fn_
+    ops = runner.ops
+    mm = [i for i in sums if ops[i] in ("max", "min")]
+    primal = [None] + cn[:na] + [_identity(ops[i], ck[i]) for i in sums] + fn_
     tans = [None] + tcn[:na] + ["0.0" for _ in sums] + tfn
     act = [tans[i] for i, q in enumerate(p.fn.params) if fwd.active(q)]
     lines = [f"def _pl_tan(T, t0, {', '.join(cn + fn_ + tcn + tfn)}):"]
@@ -294,17 +351,33 @@ def build_tangent(runner: "PRunner", kinds: List[str], target: str):
         lines.append(f"    c{i} = c{i}.copy()")
         lines.append(f"    tc{i} = tc{i}.copy()")
     for i in sums:
-        lines.append(f"    _s{i} = {_zero(ck[i])}")
-        lines.append(f"    _ts{i} = 0.0")
+        if i in mm:
+            lines.append(f"    _v{i} = np.empty(T, np.{_DT[ck[i]]})")
+            lines.append(f"    _tv{i} = np.empty(T)")
+        else:
+            lines.append(f"    _s{i} = {_zero(ck[i])}")
+            lines.append(f"    _ts{i} = 0.0")
     lines.append("    for _k in _pl_prange(T):")
     lines.append(f"        _r, _tr = _pl_jvp({', '.join(['t0 + _k'] + primal[1:] + act)})")
     for i in sums:
         r = "_r" if n == 1 else f"_r[{i}]"
         tr = "_tr" if n == 1 else f"_tr[{i}]"
-        lines.append(f"        _s{i} += {r}")
-        lines.append(f"        _ts{i} += {tr}")
+        if i in mm:
+            lines.append(f"        _v{i}[_k] = {r}")
+            lines.append(f"        _tv{i}[_k] = {tr}")
+        else:
+            lines.append(f"        _s{i} += {r}")
+            lines.append(f"        _ts{i} += {tr}")
+    for i in mm:        # the winner's tangent (-1: the value before the loop)
+        cmp = ">" if ops[i] == "max" else "<"
+        lines.append(f"    _b{i} = c{i}")
+        lines.append(f"    for _k in range(T):")
+        lines.append(f"        if _v{i}[_k] {cmp} _b{i}:")
+        lines.append(f"            _b{i} = _v{i}[_k]")
+        lines.append(f"            tc{i} = _tv{i}[_k]")
     for i in sums:
-        lines.append(f"    tc{i} = tc{i} + _ts{i}")
+        if i not in mm:
+            lines.append(f"    tc{i} = tc{i} + _ts{i}")
     _pack_src(lines, ck, tcn, "_z", "    ")
     lines.append("    return _z")
     src = "\n".join(lines) + "\n"
@@ -324,6 +397,7 @@ class PRunner:
         self.shared: List[str] = []     # written arrays read elsewhere (serial backward)
         self.private: List[str] = []    # arrays only indexed by the loop variable first
         self.scattered: List[str] = []  # read arrays indexed by values of the loop variable
+        self.ops: List[str] = ["array"] * n     # per carried value: array, sum, max or min
         self.names = names
         self.loc = loc
         self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
