@@ -217,3 +217,29 @@ def test_second_order_refused_clearly():
         zyg.hvp(second_order, x, x, target="python")
     assert "prange loop" in str(e.value)
     assert e.value.lineno == _line_of(second_order, "for i in prange")
+
+
+def test_mpi_inside_prange_refused(tmp_path):
+    """numba-mpi calls in a parallel body would communicate from several threads in no
+    fixed order: refused at the loop (in a subprocess: importing numba-mpi starts MPI)."""
+    pytest.importorskip("numba_mpi")
+    src = (
+        "import numpy as np, zyg, numba_mpi as mpi\n"
+        "from numba import prange\n"
+        "def f(x):\n"
+        "    s = 0.0\n"
+        "    for i in prange(x.shape[0]):\n"
+        "        r = np.empty(1)\n"
+        "        mpi.allreduce(x[i:i + 1], r, mpi.Operator.SUM)\n"
+        "        s += r[0]\n"
+        "    return s\n"
+        "try:\n"
+        "    zyg.grad(f, target='python')(np.ones(3))\n"
+        "except zyg.UnsupportedSyntax as e:\n"
+        "    print('refused', e.lineno, str(e).splitlines()[0])\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    script = tmp_path / "mpi_in_prange.py"
+    script.write_text(src)
+    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert "refused 5 the body of a prange loop calls MPI" in r.stdout, r.stdout + r.stderr

@@ -88,6 +88,17 @@ def check_kinds(kinds: List[str], n_arrays: int, n: int, names: List[str], loc) 
                                      "into separate variables before the loop", loc)
 
 
+def _check_calls(p, loc) -> None:
+    """MPI calls (numba-mpi) inside a parallel loop's body would communicate from several
+    threads at once, in an order that changes from run to run: refused."""
+    for blk in p.fn.iter_blocks():
+        for st in blk.stmts:
+            if getattr(st.expr.fn, "_zyg_comm", None) is not None:
+                raise _err(UnsupportedSyntax, "the body of a prange loop calls MPI; its threads "
+                                              "would communicate in no fixed order", loc,
+                           "communicate before or after the parallel loop")
+
+
 def _check_writes(p, n_arrays: int, n: int, names: List[str], loc) -> None:
     """A read-only operand must stay read-only: an array the step writes through a view or a
     called function, which the lowering did not see as written, is refused."""
@@ -185,6 +196,7 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
     backend = backends.get(target)
     prange, tid, pjit = _parallel(backend)
     p0 = plan(ir, skinds, [], backend)
+    _check_calls(p0, runner.loc)
     c0, ns0, _, _ = emit_split(p0, stem + "_run")
     (run,), _, _ = backend.load(c0, ns0.ns, [stem + "_run_primal"], stem + "_run")
     diff = [i for i, k in enumerate(skinds) if differentiable(k)]
@@ -329,6 +341,7 @@ def build_tangent(runner: "PRunner", kinds: List[str], target: str):
     backend = backends.get(target)
     prange, _, pjit = _parallel(backend)
     p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], backend)
+    _check_calls(p, runner.loc)
     _check_writes(p, na, n, runner.names, runner.loc)
     fwd = Forward(p)
     fwd.copy_args = False
