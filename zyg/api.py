@@ -8,6 +8,7 @@ calls the compiled code.
 """
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -46,7 +47,42 @@ def reset_caches() -> None:
     invalidate()
 
 
+# zyg.grad(f)(x) written inline builds one object per call: the objects made last, per
+# (function, argnums, target, mode), are kept, so an inline call reuses the compiled code as
+# a kept gradient does (building a new object re-planned and re-emitted the code: ~10 ms).
+# The same object is what a kept gradient is; at most _MADE_MAX are kept (lambdas made in a
+# loop would otherwise grow it forever), and clearing zyg's caches clears it.
+_MADE: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+_MADE_MAX = 256
+on_invalidate(_MADE.clear)
+
+
 def _make(f, argnums, target, mode, doc):
+    key = (id(f), tuple(argnums) if isinstance(argnums, list) else argnums, target, mode)
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None:
+        hit = _MADE.get(key)
+        if hit is not None and hit[0] is f:
+            try:
+                _MADE.move_to_end(key)
+            except KeyError:        # cleared by another thread meanwhile
+                pass
+            return hit[1]
+    out = _make_new(f, argnums, target, mode, doc)
+    if key is not None:
+        _MADE[key] = (f, out)       # f held: its id is not reused while the entry lives
+        while len(_MADE) > _MADE_MAX:
+            try:
+                _MADE.popitem(last=False)
+            except KeyError:
+                break
+    return out
+
+
+def _make_new(f, argnums, target, mode, doc):
     if target == "cuda" and mode != "pullback":
         # a device function that CUDA kernels call (zyg/cuda.py)
         from .cuda import device_transform
