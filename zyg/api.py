@@ -412,10 +412,12 @@ def hvp(f: Callable, x: Any, v: Any, *rest: Any, target: str = "cpu") -> Any:
     return _run_compiled(slot, 1, _full_args(f, args) + (v,))
 
 
-def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
+def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu", sparsity: Any = None) -> Callable:
     """``hessian(f)(*args)``: the Hessian of a real function w.r.t. argument ``argnums``
     (a float or a 1-D array), by forward mode over reverse mode: one Hessian-vector
-    product per column, looped over inside the generated code."""
+    product per column, looped over inside the generated code.  With ``sparsity`` (the
+    ``n x n`` pattern, scipy.sparse or boolean) a ``scipy.sparse.csr_matrix`` from one
+    Hessian-vector product per colour of structurally orthogonal columns."""
     backends.host(target, "hessian")
     if not isinstance(argnums, (int, np.integer)):
         raise TypeError("hessian takes one argnum")
@@ -429,10 +431,20 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu") -> Callable:
         x = args[a]
         if isinstance(x, np.ndarray) and x.ndim != 1:
             raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
-        return _run_compiled(_second_order(fn, args, a, target), 0, _full_args(fn, args))
+        slot = _second_order(fn, args, a, target)
+        if sparsity is not None:
+            from . import sparse
+            full = _full_args(fn, args)
+            if isinstance(x, np.ndarray):
+                return sparse.hessian(lambda v: _run_compiled(slot, 1, full + (v.astype(x.dtype),)),
+                                      x.size, sparsity)
+            return sparse.hessian(lambda v: np.atleast_1d(_run_compiled(slot, 1, full + (float(v[0]),))),
+                                  1, sparsity)
+        return _run_compiled(slot, 0, _full_args(fn, args))
     h.__name__ = h.__qualname__ = f"hessian_{getattr(unwrap(f), '__name__', 'f')}"
     return make_object(h, h, h.__doc__,
-                       _zyg_recipe=("hessian", f, {"argnums": argnums, "target": target}))
+                       _zyg_recipe=("hessian", f, {"argnums": argnums, "target": target,
+                                                   "sparsity": sparsity}))
 
 
 def _derivative_source(G: Callable, args: Sequence[Any]) -> Callable:
@@ -550,13 +562,18 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     return make_object(g, g, doc, _zyg=spec, _zyg_binder=binder)
 
 
-def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str = "cpu") -> Callable:
+def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str = "cpu",
+             sparsity: Any = None) -> Callable:
     """``jacobian(f)(*args)``: the Jacobian of ``f`` w.r.t. argument ``argnums``.
 
     For a result of shape ``S`` and an argument of shape ``A`` (a float: ``()``) the
     Jacobian has shape ``S + A``, as ``jax.jacobian``.  ``mode="fwd"`` runs one ``jvp``
     per element of the argument; ``mode="rev"`` one ``pullback`` per element of the
     result; ``"auto"`` picks the one with fewer passes (forward on ties).
+
+    ``sparsity``: the pattern of the Jacobian as a ``prod(S) x prod(A)`` scipy.sparse
+    matrix or boolean array; then the result is a ``scipy.sparse.csr_matrix`` computed
+    with one pass per colour of structurally orthogonal columns (or rows) (``zyg/sparse.py``).
     """
     if mode not in ("auto", "fwd", "rev"):
         raise ValueError("mode must be 'auto', 'fwd' or 'rev'")
@@ -572,6 +589,9 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
         if not (isinstance(x, (float, np.floating)) or
                 isinstance(x, np.ndarray) and x.dtype.kind == "f"):
             raise TypeMismatch(f"jacobian: argument {i} must be a float or a float array")
+        if sparsity is not None:
+            from . import sparse
+            return sparse.jacobian(fn, args, i, sparsity, mode, target, jvp, _pullback)
         xs = np.shape(x)
         n_in = int(np.prod(xs)) if xs else 1
         y0 = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
@@ -609,4 +629,4 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
         return J.reshape(ys + xs)
     jac.__name__ = jac.__qualname__ = f"jacobian_{getattr(unwrap(f), '__name__', 'f')}"
     return make_object(jac, jac, jac.__doc__, _zyg_recipe=(
-        "jacobian", f, {"argnums": argnums, "mode": mode, "target": target}))
+        "jacobian", f, {"argnums": argnums, "mode": mode, "target": target, "sparsity": sparsity}))

@@ -1,0 +1,123 @@
+"""Sparse Jacobians and Hessians by column (or row) colouring (issue 27).
+
+``zyg.jacobian(f, sparsity=P)`` and ``zyg.hessian(f, sparsity=P)``: ``P`` is the pattern of
+the derivative matrix (rows: the result's elements, columns: the argument's, both in C
+order; a scipy.sparse matrix or a boolean array), given by the user (where zyg cannot see
+it, no pattern is assumed: a pattern that leaves out an entry that is not zero gives a
+wrong matrix, as with every tool that takes one).
+
+Columns that share no row are *structurally orthogonal*: one Jacobian-vector product with
+their sum as the tangent gives all of them, each entry read off its row.  A greedy
+colouring of the columns' conflict graph (columns conflict when they share a row) groups
+them; a banded matrix of bandwidth ``b`` needs ``2b + 1`` products instead of ``n``, a
+block-diagonal one as many as its widest block.  In reverse mode the same is done with
+rows (one pullback per group of rows that share no column).  A Hessian is recovered
+column by column from Hessian-vector products the same way (direct recovery: symmetry is
+not used).  The result is a ``scipy.sparse.csr_matrix`` of the pattern's shape.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Sequence, Tuple
+
+import numpy as np
+
+from .errors import TypeMismatch
+
+
+def pattern_of(sparsity: Any, shape: Tuple[int, int], what: str):
+    """The pattern as a scipy CSC matrix of booleans of this shape."""
+    import scipy.sparse as sp
+    P = sp.csc_matrix(sparsity, dtype=bool) if not sp.issparse(sparsity) else sparsity.tocsc().astype(bool)
+    if P.shape != shape:
+        raise TypeMismatch(f"{what}: the sparsity pattern has shape {P.shape}; the derivative "
+                           f"here has shape {shape} (result elements x argument elements)")
+    P.eliminate_zeros()
+    P.sort_indices()
+    return P
+
+
+def colour_columns(P) -> np.ndarray:
+    """A colour per column of the CSC pattern ``P`` such that columns of one colour share
+    no row (greedy, columns with more entries first)."""
+    import scipy.sparse as sp
+    n = P.shape[1]
+    R = sp.csr_matrix(P)
+    colour = np.full(n, -1, np.int64)
+    order = np.argsort(-np.diff(P.indptr), kind="stable")
+    for j in order:
+        rows = P.indices[P.indptr[j]:P.indptr[j + 1]]
+        used = set()
+        for r in rows:
+            for k in R.indices[R.indptr[r]:R.indptr[r + 1]]:
+                if colour[k] >= 0:
+                    used.add(int(colour[k]))
+        c = 0
+        while c in used:
+            c += 1
+        colour[j] = c
+    return colour
+
+
+def by_columns(P, product: Callable[[np.ndarray], np.ndarray]):
+    """The matrix of pattern ``P`` (CSC) from ``product(v) = M @ v`` over colour groups."""
+    import scipy.sparse as sp
+    m, n = P.shape
+    colour = colour_columns(P)
+    vals = np.zeros(P.nnz)
+    for c in range(int(colour.max()) + 1 if n else 0):
+        cols = np.nonzero(colour == c)[0]
+        v = np.zeros(n)
+        v[cols] = 1.0
+        Mv = np.ravel(product(v))
+        for j in cols:
+            a, b = P.indptr[j], P.indptr[j + 1]
+            vals[a:b] = Mv[P.indices[a:b]]
+    out = sp.csc_matrix((vals, P.indices.copy(), P.indptr.copy()), shape=(m, n)).tocsr()
+    out.passes = int(colour.max()) + 1 if n else 0      # products computed (a measurement)
+    return out
+
+
+def by_rows(P, vproduct: Callable[[np.ndarray], np.ndarray]):
+    """The matrix of pattern ``P`` from ``vproduct(u) = u @ M`` over groups of rows that
+    share no column."""
+    t = by_columns(P.T.tocsc(), vproduct)
+    out = t.T.tocsr()
+    out.passes = t.passes
+    return out
+
+
+def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str, target: str,
+             jvp: Callable, pullback: Callable):
+    """The sparse Jacobian of ``fn`` at ``args`` w.r.t. argument ``i``."""
+    x = args[i]
+    xs = np.shape(x)
+    n_in = int(np.prod(xs)) if xs else 1
+    y0 = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    ys = np.shape(y0)
+    n_out = int(np.prod(ys)) if ys else 1
+    P = pattern_of(sparsity, (n_out, n_in), "jacobian")
+    dtype = np.asarray(x).dtype
+
+    def column_product(v: np.ndarray) -> np.ndarray:
+        t: List[Any] = [None] * len(args)
+        t[i] = v.reshape(xs).astype(dtype) if xs else float(v[0])
+        _, ty = jvp(fn, args, tuple(t), target=target)
+        return np.ravel(ty)
+
+    def row_product(u: np.ndarray) -> np.ndarray:
+        fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        y, back = pullback(fn, *fresh, target=target)
+        g = back(u.reshape(ys).astype(np.asarray(y).dtype) if ys else float(u[0]))[i]
+        return np.zeros(n_in) if g is None else np.ravel(g)
+
+    if mode == "auto":
+        # the direction needing fewer passes: colours of the columns or of the rows
+        nc = int(colour_columns(P).max()) + 1 if n_in else 0
+        nr = int(colour_columns(P.T.tocsc()).max()) + 1 if n_out else 0
+        mode = "fwd" if nc <= nr else "rev"
+    return by_columns(P, column_product) if mode == "fwd" else by_rows(P, row_product)
+
+
+def hessian(hvp: Callable, n: int, sparsity: Any):
+    """The sparse Hessian (``n x n``) from ``hvp(v) = H @ v``."""
+    return by_columns(pattern_of(sparsity, (n, n), "hessian"), hvp)
