@@ -54,6 +54,28 @@ def where(f: Any) -> Tuple[Optional[str], Optional[int]]:
     return (code.co_filename, code.co_firstlineno) if code is not None else (None, None)
 
 
+class Wrapped:
+    """What ``zyg.torch.function`` / ``zyg.jax.function`` return: ``f`` made callable by a
+    framework, named as ``f``, its errors pointing at ``f``'s line."""
+    api = "zyg.interop"
+
+    def __init__(self, f: Callable, argnums: Argnums, target: str):
+        self.f = f
+        self.argnums = argnums
+        self.target = target
+        self.__name__ = name_of(f)
+        self.__qualname__ = getattr(python_function(f), "__qualname__", self.__name__)
+        self.__doc__ = getattr(python_function(f), "__doc__", None)
+
+    def __repr__(self) -> str:
+        return f"<{self.api} of {self.__qualname__}>"
+
+    def _error(self, msg: str, hint: Optional[str] = None):
+        from ..errors import TypeMismatch
+        filename, lineno = where(self.f)
+        return TypeMismatch(f"{self.api}({self.__name__}): {msg}", filename, lineno, hint=hint)
+
+
 def check_argnums(argnums: Argnums, api: str) -> Argnums:
     """``argnums`` as given to ``zyg.torch.function`` / ``zyg.jax.function``: None, an int
     or a tuple of ints (TypeError otherwise; the range is checked at call time)."""

@@ -33,7 +33,7 @@ See docs/interop.md.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -56,26 +56,14 @@ def _canonical(dt: Any) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(dt))
 
 
-class ZygJaxFunction:
+class ZygJaxFunction(common.Wrapped):
     """What :func:`function` returns: call it with JAX arrays (and other arguments) as ``f``."""
+    api = "zyg.jax.function"
 
     def __init__(self, f: Callable, argnums: common.Argnums, result_shape: Any, target: str):
-        self.f = f
-        self.argnums = argnums
+        super().__init__(f, argnums, target)
         self.result_shape = result_shape
-        self.target = target
-        self.__name__ = common.name_of(f)
-        self.__qualname__ = getattr(common.python_function(f), "__qualname__", self.__name__)
-        self.__doc__ = getattr(common.python_function(f), "__doc__", None)
         self._shapes: Dict[Any, Any] = {}
-
-    def __repr__(self) -> str:
-        return f"<zyg.jax.function of {self.__qualname__}>"
-
-    def _error(self, msg: str, hint: Optional[str] = None) -> TypeMismatch:
-        filename, lineno = common.where(self.f)
-        return TypeMismatch(f"zyg.jax.function({self.__name__}): {msg}", filename, lineno,
-                            hint=hint)
 
     # -- arguments ------------------------------------------------------------------------
     def _split(self, args: Sequence[Any]) -> Tuple[List[int], List[Any], Tuple[int, ...]]:

@@ -30,7 +30,7 @@ import torch
 
 from .. import backends
 from ..api import pullback
-from ..errors import TypeMismatch, ZygError
+from ..errors import ZygError
 from . import common
 
 __all__ = ["function", "ZygTorchFunction"]
@@ -54,25 +54,11 @@ class _Out:
         self.float = dtype.kind == "f"
 
 
-class ZygTorchFunction:
+class ZygTorchFunction(common.Wrapped):
     """What :func:`function` returns: call it with tensors (and other arguments) as ``f``."""
-
-    def __init__(self, f: Callable, argnums: common.Argnums, target: str):
-        self.f = f
-        self.argnums = argnums
-        self.target = target
-        self.__name__ = common.name_of(f)
-        self.__qualname__ = getattr(common.python_function(f), "__qualname__", self.__name__)
-        self.__doc__ = getattr(common.python_function(f), "__doc__", None)
-
-    def __repr__(self) -> str:
-        return f"<zyg.torch.function of {self.__qualname__}>"
+    api = "zyg.torch.function"
 
     # -- arguments ------------------------------------------------------------------------
-    def _error(self, msg: str, hint: Optional[str] = None) -> TypeMismatch:
-        filename, lineno = common.where(self.f)
-        return TypeMismatch(f"zyg.torch.function({self.__name__}): {msg}", filename, lineno,
-                            hint=hint)
 
     def _check(self, args: Sequence[Any]) -> Tuple[int, ...]:
         """Check the tensors among ``args``; the positions that get gradients."""
