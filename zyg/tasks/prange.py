@@ -53,12 +53,10 @@ import numpy as np
 from .. import backends
 from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch, UnsupportedSyntax
-from ..pullbacks.ckloop import PACKED_KIND, CkPart, PartRunner, _no_hidden, _pack_src, _runner_call, \
+from ..pullbacks.ckloop import PACKED_KIND, CkLoop, CkPart, PartRunner, _no_hidden, _pack_src, \
     _unpack_src
 from ..pullbacks.forward import Forward
-from ..pullbacks.recursion import _python_call
 from ..pullbacks.transform import emit_split, emit_step, plan
-from ..rules.higher import Checkpointed
 from ..ssa import hooks
 from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
 
@@ -481,27 +479,14 @@ class _PartRunner(PartRunner):
         return out
 
 
-class PLoop(Checkpointed):
+class PLoop(CkLoop):
     """A parallel loop: ``PLoop(runner)(T, t0, 0, *carried, *read)`` is the loop's final
-    carried values packed into a float64 vector."""
+    carried values packed into a float64 vector (its primal and tangent calls are those of a
+    checkpointed loop: the runner's ``forward`` and ``tangent``)."""
 
     def __init__(self, runner: PRunner):
         super().__init__(runner)
         self.__name__ = self.__qualname__ = "prange loop"
-
-    def primal_src(self, em, st, args) -> str:
-        return _runner_call(em, st, args, self.fn)
-
-    def tangent_src(self, em, st, args) -> str:
-        kinds = [em.kind(a) for a in st.expr.args]
-        key = ("tangent", tuple(kinds), em.p.target)
-        h = self.fn.helpers.get(key)
-        if h is None:
-            params = [f"a{i}" for i in range(2 * len(kinds))]
-            h = self.fn.helpers[key] = _python_call(
-                "prange_tangent", params, f"_zyg_r.tangent({em.p.target!r}, {', '.join(params)})",
-                PACKED_KIND, {"_zyg_r": self.fn}, em.p.target)
-        return f"{em.ns.ref(h)}({', '.join(args + [em.tz(a) for a in st.expr.args])})"
 
     def written_operands(self, args) -> list:
         """The operands the loop writes (for zyg/safety.py): its written arrays."""
