@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax")
+jax = pytest.importorskip("jax", reason="JAX is the interop extra: pip install \".[interop]\"")
 jnp = pytest.importorskip("jax.numpy")
 
 import zyg  # noqa: E402

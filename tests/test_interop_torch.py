@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="PyTorch is the interop extra: pip install \".[interop]\"")
 
 import zyg  # noqa: E402
 from zyg.interop import common  # noqa: E402
