@@ -256,6 +256,16 @@ class ArrayMixin:
             old_kind = self.getitem_kind(base, fn.spec, e.args[1:-1])
             info["old"] = f"_o{self.new_tmp()}"
             info["old_kind"] = old_kind
+            if getattr(fn, "atomic", False):
+                # cuda.atomic.add in a kernel (zyg/cuda_kernel.py): threads add into the same
+                # elements, so no thread's old value may be restored; the adjoint reads the
+                # shadow (d(a[i] + v)/dv) and leaves it (d/d old a[i] is the identity)
+                info["atomic"] = True
+                info["skip_old"] = True
+                needed += [a for a in e.args[1:-1]]
+                self.need_shadow(blk, e.args[-1])
+                self.need_value(blk, base, contents=False)
+                return self.finish_needed(blk, st, needed)
             if in_loop:
                 self.stmt_pushes[blk.id].append((info["old"], old_kind, id(st)))
             needed += [a for a in e.args[1:-1]]
@@ -751,7 +761,10 @@ class ArrayMixin:
         the caller's (no argument shares their memory), need no record: nothing
         observes the memory after the primal (the ODE's stage arrays)."""
         reads = self.__dict__.setdefault("mem_read", set())
-        arg_roots = {self.al.find(p.id) for p in self.fn.params if p.id in self.al.parent}
+        # a kernel's adjoint leaves its arrays as its primal leaves them (keep_final): its
+        # arguments' writes are rewound only where the adjoint reads their contents
+        arg_roots = set() if getattr(self.p, "keep_final", False) else \
+            {self.al.find(p.id) for p in self.fn.params if p.id in self.al.parent}
         for blk in self.fn.iter_blocks():
             keep = []
             for item in self.stmt_pushes[blk.id]:
@@ -915,6 +928,13 @@ class ArrayMixin:
         if "restore" in info and record:
             # the previous iteration's contents of an array that is allocated again
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
+        if isinstance(fn, SetItem) and info.get("atomic"):
+            if not getattr(self, "skip_atomic", False):
+                from .atomics import atomic_add
+                f = self.ns.ref(atomic_add(self.p.backend), "_zyg_atomic_add")
+                idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
+                code.add(ind, f"{f}({args[0]}, ({idx},), {args[-1]})", st.loc)
+            return
         if isinstance(fn, SetItem):
             idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
             target = self.get_src(fn.spec, e.args[0], e.args[1:-1], args[0], args[1:-1])
@@ -1104,7 +1124,8 @@ class ArrayMixin:
                                     self.cplx(st))
                 else:
                     code.add(ind, f"{g} = {sh}", st.loc)
-                    code.add(ind, f"{sh} = 0", st.loc)
+                    if not info.get("atomic"):
+                        code.add(ind, f"{sh} = 0", st.loc)
                     if isinstance(val, Var) and val.id in self.p.active:
                         code.add(ind, f"{self.dname(val)} += {self.proj(val, g, self.cplx(st))}", st.loc)
             if not info.get("skip_old"):

@@ -1,0 +1,477 @@
+"""Adjoints of whole CUDA kernels: ``dk = zyg.vjp(kernel)`` (issue 25).
+
+``dk[blocks, threads](x, dx, y, dy, n)`` is launched with the kernel's configuration; each
+float array argument is followed by its shadow.  On entry a shadow holds the cotangent of
+its array's contents after the kernel, on exit that of its contents before (Enzyme's
+convention); the kernel's own writes are performed as a launch of the kernel would.
+
+How (``../shared/CUDA_AND_TASKS.md`` section 3):
+
+* The front end reads the kernel as an ordinary function.  Inside it, ``numba.cuda``'s
+  names resolve through :func:`_resolve` (a hook of ``ssa/hooks.STATIC_ATTRS``): the thread
+  geometry (``cuda.threadIdx.x``, ``blockIdx``, ``blockDim``, ``gridDim``) becomes hidden
+  integer parameters of the function, ``cuda.grid(d)`` / ``cuda.gridsize(d)`` arithmetic on
+  them, and ``cuda.atomic.add(a, i, v)`` the write primitive :class:`AtomicAdd`.
+* Each thread runs :func:`~zyg.pullbacks.transform.emit_kernel_step`: its primal with its
+  own tape (per-thread local arrays, ``backends/cuda.LocalStacks``), then its adjoint at
+  once.  A race-free kernel's threads never read what another thread writes, so each
+  thread's adjoint needs only its own tape.  Shadows of arrays the kernel reads add
+  atomically (another thread may read the same element: stencil neighbours, shared
+  tables); the shadow of a written element belongs to its writer.
+* Writes into the arguments stay as the primal leaves them where the adjoint does not
+  read what they overwrote.  Otherwise every write is rewound by the adjoint and the
+  thread runs its primal once more (:func:`~zyg.pullbacks.transform.emit_plain`), without
+  its atomic additions, which are never rewound.
+* The generated kernel sets the geometry, calls the step (and the primal), and reports the
+  tape room a thread lacked; the launcher then restores the written arrays and shadows it
+  saved, and launches again with a tape large enough.
+
+Not supported yet (a :class:`~zyg.UnsupportedSyntax` at the line): ``cuda.shared.array``,
+``cuda.syncthreads``, ``cuda.local.array``, other atomics, reading the value an atomic
+addition returns, arrays read from the enclosing scope.
+"""
+from __future__ import annotations
+
+import operator
+import threading
+import types
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import backends
+from .backends.cuda import CudaBackend, cuda_module, simulator
+from .compile import LOAD_LOCK
+from .cuda import MAX_TAPE_SIZE, TapeOverflowError, kind_of_runtime, tape_size
+from .errors import TypeMismatch, UnsupportedSyntax
+from .pullbacks.transform import emit_kernel_step, emit_plain, plan
+from .ssa import hooks
+from .ssa.analysis import differentiable, is_array
+from .ssa.captured import Slot
+from .ssa.emit import Code, _ident
+from .ssa.ir import Call, Const, Stmt, callee_name
+from .ssa.prims import GetItem, MakeTuple, SetItem
+
+# -- the front end inside a kernel --------------------------------------------------------
+
+_STATE = threading.local()
+#: the owner of the geometry's hidden-parameter slots (never read through: the generated
+#: kernel passes the values)
+_GEOMETRY = object()
+_DIMS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
+
+
+def _in_kernel() -> bool:
+    return getattr(_STATE, "on", False)
+
+
+class AtomicAdd(SetItem):
+    """``cuda.atomic.add(base, index, value)``: ``base[index] += value`` as one atomic
+    operation, an effect (operands as :class:`~zyg.ssa.prims.SetItem`'s: base, the index
+    parts, the value added).  The back end spells it (``backends/cuda.atomic_add``)."""
+    atomic = True
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.name = "cuda.atomic.add[" + ",".join(self.spec) + "]"
+
+    def with_spec(self, spec):
+        return AtomicAdd(spec)
+
+    def __call__(self, base, *ops):
+        from .ssa.prims import _index
+        idx = _index(self.spec, ops[:-1])
+        base[idx if len(idx) != 1 else idx[0]] += ops[-1]
+        return None
+
+
+class CudaName:
+    """A name of ``numba.cuda`` read inside a kernel (``grid``, ``threadIdx.x``,
+    ``atomic.add``): resolved by the front end's hooks, never at run time."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __getattr__(self, attr: str) -> "CudaName":
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return CudaName(f"{self.path}.{attr}")
+
+    def __repr__(self) -> str:
+        return f"cuda.{self.path}"
+
+    def _zyg_lower_value(self, lw, node, hint):
+        parts = self.path.split(".")
+        if len(parts) == 2 and parts[0] in _DIMS and parts[1] in ("x", "y", "z"):
+            return geometry(lw, parts[0], parts[1])
+        raise lw.unsupported(node, f"cuda.{self.path} is not supported in a differentiated kernel")
+
+
+def geometry(lw, dim: str, axis: str):
+    """The hidden integer parameter holding ``cuda.<dim>.<axis>``."""
+    return lw.hidden_param(Slot("cuda", _GEOMETRY, f"{dim}.{axis}", f"{dim}_{axis}"))
+
+
+def _resolve(lw, base, node):
+    if isinstance(base, types.ModuleType) and base.__name__ == "numba.cuda":
+        if not _in_kernel():
+            raise lw.unsupported(node, f"cuda.{node.attr} is read outside a kernel given to "
+                                       "zyg.vjp", "differentiate the kernel: zyg.vjp(kernel)")
+        return CudaName(node.attr)
+    return None
+
+
+def _lower_call(lw, fn, node, hint):
+    if not isinstance(fn, CudaName):
+        return None
+    path = fn.path
+    if node.keywords:
+        raise lw.unsupported(node, f"cuda.{path}() with keyword arguments is not supported")
+    if path in ("grid", "gridsize"):
+        import gast
+        a = node.args[0] if len(node.args) == 1 else None
+        nd = a.value if isinstance(a, gast.Constant) else None
+        if nd not in (1, 2, 3):
+            raise lw.unsupported(node, f"cuda.{path}() takes a constant 1, 2 or 3")
+        out = []
+        for axis in "xyz"[:nd]:
+            bd = geometry(lw, "blockDim", axis)
+            if path == "grid":
+                b = lw.emit(operator.mul, [geometry(lw, "blockIdx", axis), bd], node)
+                out.append(lw.emit(operator.add, [b, geometry(lw, "threadIdx", axis)], node, hint))
+            else:
+                out.append(lw.emit(operator.mul, [geometry(lw, "gridDim", axis), bd], node, hint))
+        return out[0] if nd == 1 else lw.emit(MakeTuple(), out, node, hint)
+    if path == "atomic.add":
+        if len(node.args) != 3:
+            raise lw.unsupported(node, "cuda.atomic.add takes an array, an index and a value")
+        base = lw.expr(node.args[0])
+        spec, ops = lw.index(node.args[1])
+        if any(c != "i" for c in spec):
+            raise lw.unsupported(node, "cuda.atomic.add: the index must be integers")
+        value = lw.expr(node.args[2])
+        lw.blocks[lw.cur].stmts.append(
+            Stmt(None, Call(AtomicAdd(spec), [base] + ops + [value]), lw.src.loc(node)))
+        return Const(None)
+    if path in ("syncthreads", "shared.array", "local.array", "const.array_like"):
+        raise lw.unsupported(node, f"cuda.{path} in a differentiated kernel is not supported yet",
+                             "zyg.vjp differentiates kernels whose threads share no memory but "
+                             "global arrays (docs/cuda.md)")
+    raise lw.unsupported(node, f"cuda.{path}() is not supported in a differentiated kernel")
+
+
+hooks.STATIC_ATTRS.append(_resolve)
+hooks.CALL_LOWERINGS.insert(0, _lower_call)
+
+
+def _py_function(kernel) -> Callable:
+    """The Python function of a ``@cuda.jit`` kernel (numba.cuda's dispatcher, the
+    simulator's kernel) or a plain function."""
+    for attr in ("py_func", "fn"):
+        f = getattr(kernel, attr, None)
+        if isinstance(f, types.FunctionType):
+            return f
+    if isinstance(kernel, types.FunctionType):
+        return kernel
+    raise TypeError(f"zyg.vjp: {kernel!r} is not a @cuda.jit kernel or a function")
+
+
+_IR: Dict[Any, Any] = {}
+
+
+def kernel_ir(py: Callable):
+    """The SSA IR of kernel ``py`` with ``numba.cuda``'s names resolved (cached)."""
+    from .caches import BUILD_LOCK
+    from .ssa.build import lower, run_pipeline
+    ir = _IR.get(py)
+    if ir is not None and ir.reads.valid():
+        return ir
+    with BUILD_LOCK:
+        _STATE.on = True
+        try:
+            lowered = lower(py)
+        finally:
+            _STATE.on = False
+        ir = run_pipeline(lowered)
+        ir.reads = lowered.reads
+        for s in ir.reads.hidden:
+            if s.kind != "cuda":
+                raise UnsupportedSyntax(
+                    f"kernel {ir.name} ({ir.filename}:{ir.firstlineno}) reads {s.name!r} of its "
+                    "enclosing scope, which its adjoint cannot carry",
+                    hint="pass it to the kernel as an argument")
+        _IR[py] = ir
+    return ir
+
+
+# -- building -----------------------------------------------------------------------------
+
+class _KernelBackend(CudaBackend):
+    """The cuda back end for kernels: generated code reads the thread geometry through the
+    launch's own ``cuda`` module (under the simulator, the kernel's swapped one)."""
+
+    def sized(self, n: int) -> "_KernelBackend":
+        return self if n == self.tape_size else _KernelBackend(n)
+
+    def tag(self) -> str:
+        return super().tag() + "; kernel adjoint"
+
+    def load(self, code, ns: Dict[str, Any], names: List[str], stem: str):
+        from .backends.cuda import LocalStacks, _max2, _min2
+        from .backends.base import Backend
+        self.storage = LocalStacks(self.tape_size)
+        ns = dict(ns)
+        ns["cuda"] = cuda_module()
+        ns["np"] = np
+        if not simulator():
+            ns["max"] = self.helper(_max2)
+            ns["min"] = self.helper(_min2)
+        return Backend.load(self, code, ns, names, stem)
+
+
+class Built:
+    def __init__(self, kernel, nargs, floats, checked, final, source):
+        self.kernel = kernel        # the generated adjoint kernel
+        self.nargs = nargs          # the kernel's own arguments
+        self.floats = floats        # which of them are float arrays (followed by a shadow)
+        self.checked = checked      # the tape may overflow (a status word is passed)
+        self.final = final          # the primal runs again after the adjoint
+        self.source = source
+
+
+_BUILT: Dict[Any, Built] = {}
+
+
+def _refuse(p, name: str) -> None:
+    """What a kernel's adjoint cannot do, at the user's line."""
+    from .rules.higher import Checkpointed, Hooked
+    from .ssa.prims import Attr, Recursive
+
+    def bad(st, msg, hint=None):
+        loc = st.loc
+        raise UnsupportedSyntax(msg, loc.filename if loc else None, loc.lineno if loc else None,
+                                loc.col if loc else None, hint=hint)
+    params = {q.id for q in p.fn.params}
+    for blk in p.fn.iter_blocks():
+        for st in blk.stmts:
+            e = st.expr
+            fn = e.fn
+            what = callee_name(fn)
+            if isinstance(fn, (Recursive, Checkpointed, Hooked)):
+                bad(st, f"kernel {name}: {what} runs Python at run time, which a kernel cannot call")
+            if st.var is not None and is_array(p.kinds.get(st.var.id, "")):
+                bad(st, f"kernel {name}: {what} makes an array (or a view), which a kernel's "
+                        "adjoint does not support", hint="index the argument arrays element by "
+                                                         "element")
+            for k, a in enumerate(e.args):
+                if getattr(a, "id", None) in params and is_array(p.kinds.get(a.id, "")):
+                    ok = k == 0 and isinstance(fn, (GetItem, SetItem)) and \
+                        all(c == "i" for c in fn.spec)
+                    if isinstance(fn, Attr) and fn.attr in ("shape", "size", "ndim"):
+                        ok = True
+                    if not ok:
+                        bad(st, f"kernel {name}: {what} uses array {a.id!r} other than by its "
+                                "elements (a[i], a[i, j] = v, a.shape)")
+
+
+def build(kernel, kinds: Sequence[str], size: int) -> Built:
+    py = _py_function(kernel)
+    backend = _KernelBackend(size)
+    key = (py, tuple(kinds), backend.key(), simulator())
+    got = _BUILT.get(key)
+    if got is not None:
+        return got
+    with LOAD_LOCK:
+        got = _BUILT.get(key)
+        if got is not None:
+            return got
+        ir = kernel_ir(py)
+        name = ir.name
+        if len(kinds) != ir.nargs:
+            raise TypeError(f"kernel {name} takes {ir.nargs} arguments (besides the shadows) "
+                            f"but {len(kinds)} were given")
+        geo = [s.key for s in ir.reads.hidden]
+        allk = list(kinds) + ["int"] * len(geo)
+        floats = [i for i, k in enumerate(kinds) if is_array(k) and differentiable(k)]
+        backend.prepare()
+        p = plan(ir, allk, floats, backend, effects=True)
+        _refuse(p, name)
+        atomic = [i for i in floats]
+        p.keep_final = True
+        stem = _ident(name) + "_adj"
+        code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic)
+        final = False
+        run_code = None
+        if rewound:
+            # a write the adjoint rewinds: rewind them all, then run the primal again
+            p = plan(ir, allk, floats, backend, effects=True)
+            code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic)
+            p0 = plan(ir, allk, [], backend, effects=True)
+            run_code, ns0 = emit_plain(p0, stem + "_run", skip_atomic=True)
+            ns.ns.update(ns0.ns)
+            final = True
+        checked = bool(stacks)
+        params = [f"a{i}" for i in range(len(kinds))]
+        full = []
+        for i in range(len(kinds)):
+            full.append(f"a{i}")
+            if i in floats:
+                full.append(f"d{i}")
+        geo_src = [f"cuda.{g}" for g in geo]
+        head = full + (["_status"] if checked else [])
+        lines = [f"def {stem}({', '.join(head)}):"]
+        call = ", ".join(params + geo_src + [f"d{i}" for i in floats])
+        lines.append(f"    _need = {stem}_step({call})")
+        if checked:
+            lines.append("    if _need > 0:")
+            lines.append("        cuda.atomic.max(_status, 0, _need)")
+        if final:
+            lines.append(f"    {stem}_run({', '.join(params + geo_src)})")
+        whole = Code()
+        whole.extend(code)
+        if run_code is not None:
+            whole.add(0, "")
+            whole.extend(run_code)
+        whole.add(0, "")
+        for ln in lines:
+            whole.add(0, ln)
+        names = [stem + "_step"] + ([stem + "_run"] if final else []) + [stem]
+        loaded, path, _ = backend.load(whole, ns.ns, names, stem)
+        cuda = cuda_module()
+        raw = loaded[-1]
+        glob = raw.__globals__
+        if not simulator():
+            for n in names[:-1]:
+                glob[n] = cuda.jit(device=True)(glob[n])
+        got = Built(cuda.jit(raw), len(kinds), floats, checked, final, path)
+        _BUILT[key] = got
+        return got
+
+
+# -- launching ----------------------------------------------------------------------------
+
+def _is_array(a) -> bool:
+    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__") or \
+        (hasattr(a, "copy_to_host") and hasattr(a, "shape"))
+
+
+class KernelAdjoint:
+    """``zyg.vjp(kernel)``: index it with a launch configuration, then call it with the
+    kernel's arguments, each float array followed by its shadow."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.py = _py_function(kernel)
+        self.__name__ = getattr(self.py, "__name__", "kernel") + "_vjp"
+        self.__doc__ = f"The adjoint of kernel {self.__name__[:-4]}, generated by zyg."
+
+    def __getitem__(self, config):
+        if not isinstance(config, tuple) or len(config) not in (2, 3, 4):
+            raise TypeError("launch the adjoint as dk[blocks, threads](...)")
+        return lambda *args: self.launch(config, args)
+
+    def _split(self, args) -> Tuple[List[Any], List[Any]]:
+        """The kernel's arguments and the shadows that follow its float arrays."""
+        nargs = kernel_ir(self.py).nargs
+        own, shadows = [], []
+        k = 0
+        for _ in range(nargs):
+            if k >= len(args):
+                raise TypeError(f"{self.__name__}: too few arguments (each float array is "
+                                "followed by its shadow)")
+            a = args[k]
+            own.append(a)
+            k += 1
+            if _is_array(a) and np.dtype(a.dtype).kind == "f":
+                if k >= len(args) or not _is_array(args[k]):
+                    raise TypeError(f"{self.__name__}: argument {len(own) - 1} (a float array) "
+                                    "must be followed by its shadow")
+                s = args[k]
+                if tuple(s.shape) != tuple(a.shape) or np.dtype(s.dtype) != np.dtype(a.dtype):
+                    raise TypeError(f"{self.__name__}: the shadow of argument {len(own) - 1} has "
+                                    f"shape {tuple(s.shape)} and dtype {s.dtype}, not those of "
+                                    f"its array ({tuple(a.shape)}, {a.dtype})")
+                shadows.append(s)
+                k += 1
+        if k != len(args):
+            raise TypeError(f"{self.__name__}: {len(args) - k} arguments too many")
+        return own, shadows
+
+    def launch(self, config, args) -> None:
+        cuda = cuda_module()
+        own, shadows = self._split(args)
+        kinds = [kind_of_runtime(a) for a in own]
+        size = tape_size()
+        saved = None
+        while True:
+            b = build(self.kernel, kinds, size)
+            full = []
+            j = 0
+            for i, a in enumerate(own):
+                full.append(a)
+                if i in b.floats:
+                    full.append(shadows[j])
+                    j += 1
+            if not b.checked:
+                self.kernel_launch(b, config, full)
+                return
+            if saved is None:
+                # a tape that may overflow: what the launch changes is saved, to launch again
+                saved = [(a, _copy(a)) for a in full if _is_array(a)]
+            status = cuda.to_device(np.zeros(1, np.int64))
+            self.kernel_launch(b, config, full + [status])
+            need = int(status.copy_to_host()[0])
+            if need == 0:
+                return
+            for a, c in saved:
+                _restore(a, c)
+            grown = size * 2
+            while grown < need:
+                grown *= 2
+            if grown > MAX_TAPE_SIZE:
+                raise TapeOverflowError(
+                    f"a per-thread tape of {size} items was too small for the adjoint of "
+                    f"{self.py.__name__} (a thread needed {need}); it grows to "
+                    f"{MAX_TAPE_SIZE} at most")
+            size = grown
+
+    @staticmethod
+    def kernel_launch(b: Built, config, args) -> None:
+        b.kernel[config](*args)
+
+
+def _copy(a):
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    return a.copy_to_host()
+
+
+def _restore(a, saved) -> None:
+    if isinstance(a, np.ndarray):
+        a[...] = saved
+    else:
+        a.copy_to_device(saved)
+
+
+def _is_kernel(f) -> bool:
+    """A ``@cuda.jit`` kernel: numba.cuda's dispatcher or the simulator's kernel."""
+    cls = type(f)
+    return (cls.__module__ or "").startswith("numba.cuda") and \
+        isinstance(getattr(f, "py_func", getattr(f, "fn", None)), types.FunctionType) and \
+        not getattr(f, "_device", False) and "device" not in cls.__name__.lower()
+
+
+def vjp(f, *, target: str = "cuda") -> KernelAdjoint:
+    """The adjoint of a ``@cuda.jit`` kernel: ``dk = zyg.vjp(kernel)``, launched as
+    ``dk[blocks, threads](x, dx, y, dy, n)`` with the kernel's configuration.  Each float
+    array argument is followed by its shadow, which holds on entry the cotangent of the
+    array's contents after the kernel, and on exit that of its contents before (Enzyme's
+    convention); the kernel's own writes are performed as a launch of it would.  Shadows
+    accumulate: zero them before the first launch.  docs/cuda.md."""
+    if target != "cuda":
+        raise ValueError("zyg.vjp differentiates CUDA kernels (target='cuda'); on the host, "
+                         "zyg.pullback(f, *args) gives the vector-Jacobian product")
+    if not _is_kernel(f):
+        raise TypeError(f"zyg.vjp takes a @cuda.jit kernel, not {f!r}; on the host, "
+                        "zyg.pullback(f, *args) gives the vector-Jacobian product")
+    return KernelAdjoint(f)
