@@ -465,6 +465,183 @@ def check_refusals():
         raise AssertionError("vmap of an allocating function was not refused")
 
 
+# -- adjoints of whole kernels: zyg.vjp(kernel) ------------------------------------------------
+# written as numba.cuda users write kernels; wrapped with cuda.jit in the checks (cuda is bound
+# only in the child)
+
+def k_map(x, y, n):
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = math.sin(x[i]) * x[i]
+
+
+def k_stencil(u, out, n):
+    """Neighbour reads: the shadow of u takes atomic additions from three threads."""
+    i = cuda.grid(1)
+    if i > 0 and i < n - 1:
+        out[i] = u[i - 1] - 2.0 * u[i] + u[i + 1] * u[i]
+
+
+def k_inplace(x, w, n, m):
+    """Writes read back and overwritten in a loop: rewound by the adjoint."""
+    i = cuda.grid(1)
+    if i < n:
+        for k in range(m):
+            t = x[i]
+            s = t * w[k]
+            if s > 0:
+                x[i] = s + math.cos(t)
+            else:
+                x[i] = 0.5 * t
+
+
+def k_scatter(x, idx, acc, n):
+    """cuda.atomic.add into a histogram with repeated bins."""
+    i = cuda.grid(1)
+    if i < n:
+        cuda.atomic.add(acc, idx[i], x[i] * x[i])
+
+
+def _bump(a, b):
+    return a * math.exp(-b * b)
+
+
+def k_loops(x, w, y, n, m):
+    """An early return, a helper, a counted while loop, a data-dependent while loop."""
+    i = cuda.grid(1)
+    if i >= n:
+        return
+    s = 0.0
+    k = 0
+    while k < m:
+        s += _bump(w[k], x[i] - 0.1 * k)
+        k += 1
+    t = x[i]
+    while abs(t) > 1e-3:
+        t *= 0.5
+    y[i] = s + t
+
+
+def k_grid2(a, b, n, m):
+    i, j = cuda.grid(2)
+    if i < n and j < m:
+        b[i, j] = a[i, j] * a[j % n, i % m] + math.tanh(a[i, j])
+
+
+def k_refused_shared(x, n):
+    s = cuda.shared.array(32, numba.float64)
+    i = cuda.grid(1)
+    s[i % 32] = x[i]
+
+
+def _kernel_fd(kern, cfg, args, k, bars, h=1e-6):
+    """Central differences of sum(bars[o] * out_o) after a launch, w.r.t. argument k."""
+    import numpy as np
+    g = np.zeros_like(args[k])
+    for j in range(args[k].size):
+        vals = []
+        for sgn in (1, -1):
+            a = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+            a[k].flat[j] += sgn * h
+            kern[cfg](*a)
+            vals.append(sum(float(np.sum(a[o] * b)) for o, b in bars.items()))
+        g.flat[j] = (vals[0] - vals[1]) / (2 * h)
+    return g
+
+
+def _kernel_case(plain, cfg, args, bars, tol=1e-6):
+    """Launch zyg.vjp(kernel) with shadows seeded from ``bars`` (argument -> cotangent of its
+    final contents); compare every float array's shadow with central differences of the
+    kernel, and the arrays the adjoint leaves with a launch of the kernel."""
+    import numpy as np
+    import zyg
+    kern = cuda.jit(plain)
+    dk = zyg.vjp(kern)
+    own = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+    full, shadows = [], {}
+    for i, a in enumerate(own):
+        full.append(a)
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            shadows[i] = np.array(bars[i], dtype=a.dtype) if i in bars else np.zeros_like(a)
+            full.append(shadows[i])
+    dk[cfg](*full)
+    ref = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+    kern[cfg](*ref)
+    for i, a in enumerate(own):
+        if isinstance(a, np.ndarray):
+            _close(a, ref[i], 1e-12, f"{plain.__name__}: argument {i} after the adjoint")
+    for i in shadows:
+        # the cotangent of the contents before: d/d(before) of sum(bar * after)
+        fd = _kernel_fd(kern, cfg, args, i, bars)
+        _close(shadows[i], fd, tol, f"{plain.__name__}: shadow of argument {i}")
+    return dk
+
+
+def check_kernel_adjoints():
+    import numpy as np
+    rng = np.random.default_rng(7)
+    n = 20
+    x = rng.normal(size=n)
+    _kernel_case(k_map, (2, 16), [x, np.zeros(n), n], {1: rng.normal(size=n)})
+    _kernel_case(k_stencil, (2, 16), [x, np.zeros(n), n], {1: rng.normal(size=n)})
+    _kernel_case(k_inplace, (2, 16), [x * 0.3, rng.normal(size=3), n, 3], {0: rng.normal(size=n)})
+    idx = rng.integers(0, 4, size=n)
+    _kernel_case(k_scatter, (2, 16), [x, idx, np.zeros(4), n], {2: rng.normal(size=4)})
+    a = rng.normal(size=(4, 5))
+    _kernel_case(k_grid2, ((2, 3), (2, 2)), [a, np.zeros((4, 5)), 4, 5], {1: rng.normal(size=(4, 5))})
+
+
+def check_kernel_rewound_writes_run_the_primal_again():
+    from zyg import cuda_kernel as ck
+    b = ck.build(cuda.jit(k_inplace), ["f8[1]", "f8[1]", "int", "int"], 256)
+    assert b.final, "k_inplace's writes are rewound: its primal must run again"
+    b = ck.build(cuda.jit(k_map), ["f8[1]", "f8[1]", "int"], 256)
+    assert not b.final, "k_map's writes need no rewinding"
+
+
+def check_kernel_tape_overflow_relaunch():
+    """A data-dependent while loop on a 4-item tape: the launch overflows, the arrays and
+    shadows are restored, and the adjoint is launched again with a larger tape."""
+    import numpy as np
+    import zyg.cuda as zc
+    from zyg import cuda_kernel as ck
+    rng = np.random.default_rng(3)
+    n, m = 12, 5
+    old = zc.tape_size()
+    zc.set_tape_size(4)
+    try:
+        before = {k[2] for k in ck._BUILT if k[0] is k_loops}
+        _kernel_case(k_loops, (1, 16), [rng.normal(size=n), rng.normal(size=m), np.zeros(n), n, m],
+                     {2: rng.normal(size=n)})
+        sizes = {k[2] for k in ck._BUILT if k[0] is k_loops} - before
+        assert len(sizes) >= 2, f"no relaunch with a larger tape: {sizes}"
+    finally:
+        zc.set_tape_size(old)
+
+
+def check_kernel_refusals():
+    import numpy as np
+    import zyg
+    try:
+        zyg.vjp(cuda.jit(k_refused_shared))[1, 4](np.ones(4), np.zeros(4), 4)
+    except zyg.UnsupportedSyntax as e:
+        assert "cuda.shared.array" in str(e) and e.filename.endswith("test_cuda_sim.py"), str(e)
+    else:
+        raise AssertionError("shared memory was not refused")
+    try:
+        zyg.vjp(k_map)
+    except TypeError as e:
+        assert "@cuda.jit kernel" in str(e)
+    else:
+        raise AssertionError("a plain function was taken for a kernel")
+    try:
+        zyg.vjp(cuda.jit(k_map))[1, 4](np.ones(4), np.zeros(4), 4)
+    except TypeError as e:
+        assert "followed by its shadow" in str(e), str(e)
+    else:
+        raise AssertionError("missing shadows were not refused")
+
+
 # -- driverless PTX: the real compilation path, without a GPU ---------------------------------
 
 class Skip(Exception):
@@ -544,6 +721,25 @@ def ptx_vmap_kernels():
         b = zyg.vmap(fn, target="cuda")._zyg_batch
         kern, _, _ = b._kernel(kinds, ax, cu)
         _ptx(kern.py_func, sig)
+
+
+def ptx_kernel_adjoints():
+    """The generated adjoint kernels compile to PTX (local tapes, global atomics)."""
+    import numba
+    from zyg import cuda_kernel as ck
+    i8, a1, a2, i1 = numba.int64, numba.float64[:], numba.float64[:, :], numba.int64[:]
+    cases = [
+        (k_map, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
+        (k_stencil, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
+        (k_inplace, ["f8[1]", "f8[1]", "int", "int"], (a1, a1, a1, a1, i8, i8)),
+        (k_scatter, ["f8[1]", "i8[1]", "f8[1]", "int"], (a1, a1, i1, a1, a1, i8)),
+        (k_loops, ["f8[1]", "f8[1]", "f8[1]", "int", "int"], (a1, a1, a1, a1, a1, a1, i8, i8)),
+        (k_grid2, ["f8[2]", "f8[2]", "int", "int"], (a2, a2, a2, a2, i8, i8)),
+    ]
+    for plain, kinds, sig in cases:
+        b = ck.build(cuda.jit(plain), kinds, 256)
+        ptx = _ptx(b.kernel.py_func, sig + ((i1,) if b.checked else ()))   # the status word
+        assert "atom.global.add.f64" in ptx or plain is k_map, plain.__name__
 
 
 CHECKS = [n for n in list(globals()) if n.startswith("check_")]

@@ -94,16 +94,19 @@ def _atomic_add_sim(a, idx, v):
         a[idx] += v
 
 
-_DEVICE_ATOMIC: List[Any] = []
+_DEVICE_ATOMIC: Dict[int, Any] = {}
 
 
-def _atomic_add_device():
-    """A device function ``atomic_add(a, idx, v)``: ``cuda.atomic.add`` (idx a tuple)."""
-    if not _DEVICE_ATOMIC:
+def _atomic_add_device(ndim: int):
+    """A device function ``atomic_add(a, idx, v)``: ``cuda.atomic.add`` (idx a tuple of
+    ``ndim`` integers; a 1-D array takes a plain integer, numba.cuda refuses a 1-tuple)."""
+    got = _DEVICE_ATOMIC.get(ndim)
+    if got is None:
         glob = {"cuda": cuda_module()}
-        exec("def atomic_add(a, idx, v):\n    cuda.atomic.add(a, idx, v)\n", glob)
-        _DEVICE_ATOMIC.append(glob["cuda"].jit(device=True)(glob["atomic_add"]))
-    return _DEVICE_ATOMIC[0]
+        at = "idx[0]" if ndim == 1 else "idx"
+        exec(f"def atomic_add(a, idx, v):\n    cuda.atomic.add(a, {at}, v)\n", glob)
+        got = _DEVICE_ATOMIC[ndim] = glob["cuda"].jit(device=True)(glob["atomic_add"])
+    return got
 
 
 class LocalStacks:
@@ -244,10 +247,10 @@ class CudaBackend(Backend):
                 glob[k] = self.wrap(v)
         return self.jit(glob[name])
 
-    def atomic_add(self) -> Callable:
+    def atomic_add(self, ndim: int) -> Callable:
         """What generated device code calls for an atomic ``a[idx] += v`` (``cuda.atomic.add``;
         under the simulator, a locked Python addition)."""
-        return _atomic_add_sim if simulator() else _atomic_add_device()
+        return _atomic_add_sim if simulator() else _atomic_add_device(ndim)
 
     def call_python(self, stmt: str, outs, glob: Dict[str, Any]):
         raise UnsupportedSyntax("a call back into Python (a recursive call, zyg.checkpoint, a "

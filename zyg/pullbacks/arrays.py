@@ -931,7 +931,7 @@ class ArrayMixin:
         if isinstance(fn, SetItem) and info.get("atomic"):
             if not getattr(self, "skip_atomic", False):
                 from .atomics import atomic_add
-                f = self.ns.ref(atomic_add(self.p.backend), "_zyg_atomic_add")
+                f = self.ns.ref(atomic_add(self.p.backend, len(fn.spec)), "_zyg_atomic_add")
                 idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
                 code.add(ind, f"{f}({args[0]}, ({idx},), {args[-1]})", st.loc)
             return
@@ -1200,7 +1200,7 @@ class ArrayMixin:
             elif base.id in self.p.active and self.atomic_root(base):
                 # a shadow shared by the threads of a parallel loop (zyg/tasks/prange.py)
                 from .atomics import atomic_add
-                f = self.ns.ref(atomic_add(self.p.backend), "_zyg_atomic_add")
+                f = self.ns.ref(atomic_add(self.p.backend, len(fn.spec)), "_zyg_atomic_add")
                 code.add(ind, f"{f}({self.shadow(base, local)}, ({idx},), {dy})", st.loc)
             elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
