@@ -16,6 +16,7 @@ import sys
 import traceback
 
 import numpy as np
+import numba
 
 try:
     import pytest
@@ -528,25 +529,67 @@ def k_grid2(a, b, n, m):
         b[i, j] = a[i, j] * a[j % n, i % m] + math.tanh(a[i, j])
 
 
-def k_refused_shared(x, n):
-    s = cuda.shared.array(32, numba.float64)
+def k_shared(x, y, n):
+    """A tile in shared memory read at the neighbour's element after a barrier, with a
+    data-dependent loop before it (its tape may overflow: the block skips its adjoint
+    together)."""
+    s = cuda.shared.array(16, numba.float64)
+    t = cuda.threadIdx.x
     i = cuda.grid(1)
-    s[i % 32] = x[i]
+    v = 0.0
+    if i < n:
+        v = x[i]
+        while abs(v) > 0.05:
+            v *= 0.5
+        s[t] = x[i] * x[i] + v
+    else:
+        s[t] = 0.0
+    cuda.syncthreads()
+    if i < n and t < 15:
+        y[i] = s[t] * math.sin(s[t + 1]) + x[i]
 
 
-def _kernel_fd(kern, cfg, args, k, bars, h=1e-6):
-    """Central differences of sum(bars[o] * out_o) after a launch, w.r.t. argument k."""
+def k_shared_2d(a, out, n):
+    """A 2-D tile and three barriers: a transpose through shared memory, then the sum of
+    each tile row by the row's first thread."""
+    tile = cuda.shared.array((4, 4), numba.float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    i, j = cuda.grid(2)
+    if i < n and j < n:
+        tile[tx, ty] = a[i, j] * a[i, j]
+    else:
+        tile[tx, ty] = 0.0
+    cuda.syncthreads()
+    w = tile[ty, tx]
+    cuda.syncthreads()
+    tile[tx, ty] = math.exp(w * 0.1)
+    cuda.syncthreads()
+    if ty == 0 and i < n:
+        acc = 0.0
+        for k in range(4):
+            acc += tile[tx, k]
+        out[i, cuda.blockIdx.y] = acc
+
+
+def k_refused_sync(x, n):
+    i = cuda.grid(1)
+    if i < n:
+        cuda.syncthreads()
+        x[i] = 2.0 * x[i]
+
+
+def _kernel_directional(kern, cfg, args, k, bars, v, h=1e-6):
+    """Central difference of sum(bars[o] * out_o) after a launch, along ``v`` in argument k
+    (simulated launches are slow: a few directions check a shadow, not one per element)."""
     import numpy as np
-    g = np.zeros_like(args[k])
-    for j in range(args[k].size):
-        vals = []
-        for sgn in (1, -1):
-            a = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
-            a[k].flat[j] += sgn * h
-            kern[cfg](*a)
-            vals.append(sum(float(np.sum(a[o] * b)) for o, b in bars.items()))
-        g.flat[j] = (vals[0] - vals[1]) / (2 * h)
-    return g
+    vals = []
+    for sgn in (1, -1):
+        a = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+        a[k] = a[k] + sgn * h * v
+        kern[cfg](*a)
+        vals.append(sum(float(np.sum(a[o] * b)) for o, b in bars.items()))
+    return (vals[0] - vals[1]) / (2 * h)
 
 
 def _kernel_case(plain, cfg, args, bars, tol=1e-6):
@@ -570,10 +613,18 @@ def _kernel_case(plain, cfg, args, bars, tol=1e-6):
     for i, a in enumerate(own):
         if isinstance(a, np.ndarray):
             _close(a, ref[i], 1e-12, f"{plain.__name__}: argument {i} after the adjoint")
+    rng = np.random.default_rng(5)
     for i in shadows:
-        # the cotangent of the contents before: d/d(before) of sum(bar * after)
-        fd = _kernel_fd(kern, cfg, args, i, bars)
-        _close(shadows[i], fd, tol, f"{plain.__name__}: shadow of argument {i}")
+        # the cotangent of the contents before (d/d(before) of sum(bar * after)), along
+        # three random directions and the unit vector of the largest entry
+        dirs = [rng.normal(size=args[i].shape) for _ in range(3)]
+        e = np.zeros(args[i].shape)
+        e.flat[int(np.argmax(np.abs(shadows[i])))] = 1.0
+        for v in dirs + [e]:
+            fd = _kernel_directional(kern, cfg, args, i, bars, v)
+            _close(np.array([float(np.sum(shadows[i] * v))]), np.array([fd]), tol,
+                   f"{plain.__name__}: shadow of argument {i} along a direction")
+    assert any(np.any(shadows[i] != 0) for i in shadows), f"{plain.__name__}: every shadow is zero"
     return dk
 
 
@@ -589,6 +640,25 @@ def check_kernel_adjoints():
     _kernel_case(k_scatter, (2, 16), [x, idx, np.zeros(4), n], {2: rng.normal(size=4)})
     a = rng.normal(size=(4, 5))
     _kernel_case(k_grid2, ((2, 3), (2, 2)), [a, np.zeros((4, 5)), 4, 5], {1: rng.normal(size=(4, 5))})
+
+
+def check_kernel_shared_memory_and_barriers():
+    import numpy as np
+    import zyg.cuda as zc
+    rng = np.random.default_rng(11)
+    n = 28
+    _kernel_case(k_shared, (2, 16), [rng.normal(size=n), np.zeros(n), n], {1: rng.normal(size=n)})
+    a = rng.normal(size=(6, 6))
+    _kernel_case(k_shared_2d, ((2, 2), (4, 4)), [a, np.zeros((6, 2)), 6], {1: rng.normal(size=(6, 2))})
+    # a 2-item tape: some threads of a block run out, the block skips its adjoint together
+    # (a thread leaving alone would leave the others waiting at the adjoint's barriers)
+    old = zc.tape_size()
+    zc.set_tape_size(2)
+    try:
+        _kernel_case(k_shared, (2, 16), [rng.normal(size=n) * 4, np.zeros(n), n],
+                     {1: rng.normal(size=n)})
+    finally:
+        zc.set_tape_size(old)
 
 
 def check_kernel_rewound_writes_run_the_primal_again():
@@ -623,11 +693,11 @@ def check_kernel_refusals():
     import numpy as np
     import zyg
     try:
-        zyg.vjp(cuda.jit(k_refused_shared))[1, 4](np.ones(4), np.zeros(4), 4)
+        zyg.vjp(cuda.jit(k_refused_sync))[1, 4](np.ones(4), np.zeros(4), 4)
     except zyg.UnsupportedSyntax as e:
-        assert "cuda.shared.array" in str(e) and e.filename.endswith("test_cuda_sim.py"), str(e)
+        assert "top level" in str(e) and e.filename.endswith("test_cuda_sim.py"), str(e)
     else:
-        raise AssertionError("shared memory was not refused")
+        raise AssertionError("a barrier in a branch was not refused")
     try:
         zyg.vjp(k_map)
     except TypeError as e:
@@ -735,11 +805,15 @@ def ptx_kernel_adjoints():
         (k_scatter, ["f8[1]", "i8[1]", "f8[1]", "int"], (a1, a1, i1, a1, a1, i8)),
         (k_loops, ["f8[1]", "f8[1]", "f8[1]", "int", "int"], (a1, a1, a1, a1, a1, a1, i8, i8)),
         (k_grid2, ["f8[2]", "f8[2]", "int", "int"], (a2, a2, a2, a2, i8, i8)),
+        (k_shared, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
+        (k_shared_2d, ["f8[2]", "f8[2]", "int"], (a2, a2, a2, a2, i8)),
     ]
     for plain, kinds, sig in cases:
         b = ck.build(cuda.jit(plain), kinds, 256)
         ptx = _ptx(b.kernel.py_func, sig + ((i1,) if b.checked else ()))   # the status word
         assert "atom.global.add.f64" in ptx or plain is k_map, plain.__name__
+        if plain in (k_shared, k_shared_2d):
+            assert "bar.sync" in ptx and ".shared" in ptx, plain.__name__
 
 
 CHECKS = [n for n in list(globals()) if n.startswith("check_")]

@@ -49,8 +49,8 @@ from .ssa import hooks
 from .ssa.analysis import differentiable, is_array
 from .ssa.captured import Slot
 from .ssa.emit import Code, _ident
-from .ssa.ir import Call, Const, Stmt, callee_name
-from .ssa.prims import GetItem, MakeTuple, SetItem
+from .ssa.ir import Call, Const, Return, Stmt, callee_name
+from .ssa.prims import GetItem, MakeTuple, Prim, SetItem
 
 # -- the front end inside a kernel --------------------------------------------------------
 
@@ -83,6 +83,69 @@ class AtomicAdd(SetItem):
         idx = _index(self.spec, ops[:-1])
         base[idx if len(idx) != 1 else idx[0]] += ops[-1]
         return None
+
+
+class SyncThreads(Prim):
+    """``cuda.syncthreads()``: the block's barrier, an effect.  The adjoint runs it again at
+    the mirrored point, so that the reversed phases are separated as the primal's were."""
+    name = "cuda.syncthreads"
+
+    def _zyg_kind(self, kinds):
+        return "none"
+
+    def primal_src(self, em, st, args) -> str:
+        return "cuda.syncthreads()"
+
+    def adjoint_effect(self, em) -> str:
+        return "cuda.syncthreads()"
+
+    def __call__(self):
+        raise RuntimeError("cuda.syncthreads() runs only inside a kernel")
+
+
+class SharedArray(Prim):
+    """``cuda.shared.array(shape, dtype)``: memory the threads of a block share.  Its shadow
+    is shared memory too, zeroed by the block's threads together before anyone adds into
+    it (atomically: ``Emitter.atomic_shadows``)."""
+
+    def __init__(self, shape: Tuple[int, ...], dtype: np.dtype):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.name = f"cuda.shared.array{self.shape}"
+
+    def _key(self):
+        return (self.shape, self.dtype.str)
+
+    def _zyg_kind(self, kinds):
+        return f"{self.dtype.str[1:]}[{len(self.shape)}]"
+
+    def _type(self, em) -> str:
+        import numba
+        return em.ns.ref(numba.from_dtype(self.dtype), "_nb_" + self.dtype.name)
+
+    def _shape(self) -> str:
+        return str(self.shape[0]) if len(self.shape) == 1 else repr(self.shape)
+
+    def primal_src(self, em, st, args) -> str:
+        return f"cuda.shared.array({self._shape()}, {self._type(em)})"
+
+    def shadow_src(self, em, n: str, d: str) -> List[str]:
+        size = int(np.prod(self.shape))
+        if len(self.shape) == 1:
+            idx = "_zk"
+        else:
+            strides = [int(np.prod(self.shape[k + 1:])) for k in range(len(self.shape))]
+            idx = ", ".join(f"(_zk // {st}) % {dim}" for st, dim in zip(strides, self.shape))
+        return [f"{d} = cuda.shared.array({self._shape()}, {self._type(em)})",
+                "_zk = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + "
+                "cuda.blockDim.y * cuda.threadIdx.z)",
+                f"while _zk < {size}:",
+                f"    {d}[{idx}] = 0",
+                "    _zk += cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z",
+                "cuda.syncthreads()"]
+
+    def __call__(self):
+        raise RuntimeError("cuda.shared.array runs only inside a kernel")
 
 
 class CudaName:
@@ -153,11 +216,48 @@ def _lower_call(lw, fn, node, hint):
         lw.blocks[lw.cur].stmts.append(
             Stmt(None, Call(AtomicAdd(spec), [base] + ops + [value]), lw.src.loc(node)))
         return Const(None)
-    if path in ("syncthreads", "shared.array", "local.array", "const.array_like"):
+    if path == "syncthreads":
+        if node.args:
+            raise lw.unsupported(node, "cuda.syncthreads() takes no arguments")
+        lw.blocks[lw.cur].stmts.append(Stmt(None, Call(SyncThreads(), []), lw.src.loc(node)))
+        return Const(None)
+    if path == "shared.array":
+        return lw.emit(_shared(lw, node), [], node, hint)
+    if path in ("local.array", "const.array_like"):
         raise lw.unsupported(node, f"cuda.{path} in a differentiated kernel is not supported yet",
                              "zyg.vjp differentiates kernels whose threads share no memory but "
                              "global arrays (docs/cuda.md)")
     raise lw.unsupported(node, f"cuda.{path}() is not supported in a differentiated kernel")
+
+
+def _shared(lw, node) -> SharedArray:
+    """The primitive of ``cuda.shared.array(shape, dtype)``: a constant shape and dtype."""
+    import gast
+
+    def const(n):
+        if isinstance(n, gast.Constant):
+            return n.value
+        if isinstance(n, gast.Tuple):
+            return tuple(const(e) for e in n.elts)
+        return lw.static_value(n)
+    args = list(node.args) + [k.value for k in node.keywords]
+    if len(args) != 2:
+        raise lw.unsupported(node, "cuda.shared.array takes a shape and a dtype")
+    shape, dt = const(args[0]), const(args[1])
+    if isinstance(shape, int):
+        shape = (shape,)
+    if not isinstance(shape, tuple) or not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise lw.unsupported(node, "cuda.shared.array needs a constant shape (an int or a tuple "
+                                   "of ints)")
+    try:
+        from numba.np.numpy_support import as_dtype
+        dtype = as_dtype(dt) if not isinstance(dt, (type, np.dtype, str)) else np.dtype(dt)
+    except Exception:
+        raise lw.unsupported(node, f"cuda.shared.array: {dt!r} is not a dtype") from None
+    if dtype.kind != "f":
+        raise lw.unsupported(node, "cuda.shared.array of non-float data is not supported in a "
+                                   "differentiated kernel yet")
+    return SharedArray(shape, dtype)
 
 
 hooks.STATIC_ATTRS.append(_resolve)
@@ -251,7 +351,12 @@ def _refuse(p, name: str) -> None:
         loc = st.loc
         raise UnsupportedSyntax(msg, loc.filename if loc else None, loc.lineno if loc else None,
                                 loc.col if loc else None, hint=hint)
+    from .ssa.passes import dominators
     params = {q.id for q in p.fn.params}
+    params |= {st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
+               if isinstance(st.expr.fn, SharedArray)}
+    exit_id = next(b.id for b in p.fn.iter_blocks() if isinstance(b.term, Return))
+    dom = dominators(p.fn)
     for blk in p.fn.iter_blocks():
         for st in blk.stmts:
             e = st.expr
@@ -259,6 +364,13 @@ def _refuse(p, name: str) -> None:
             what = callee_name(fn)
             if isinstance(fn, (Recursive, Checkpointed, Hooked)):
                 bad(st, f"kernel {name}: {what} runs Python at run time, which a kernel cannot call")
+            if isinstance(fn, (SyncThreads, SharedArray)) and \
+                    (blk.id not in dom[exit_id] or p.loops_of.get(blk.id)):
+                bad(st, f"kernel {name}: {what} must be at the top level of the kernel's body, "
+                        "where every thread of the block runs it once (not in a branch, a loop or "
+                        "after an early return)")
+            if isinstance(fn, SharedArray):
+                continue
             if st.var is not None and is_array(p.kinds.get(st.var.id, "")):
                 bad(st, f"kernel {name}: {what} makes an array (or a view), which a kernel's "
                         "adjoint does not support", hint="index the argument arrays element by "
@@ -297,15 +409,21 @@ def build(kernel, kinds: Sequence[str], size: int) -> Built:
         p = plan(ir, allk, floats, backend, effects=True)
         _refuse(p, name)
         atomic = [i for i in floats]
+        shared = [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
+                  if isinstance(st.expr.fn, SharedArray)]
+        sync = any(isinstance(st.expr.fn, SyncThreads) for blk in p.fn.iter_blocks()
+                   for st in blk.stmts)
         p.keep_final = True
         stem = _ident(name) + "_adj"
-        code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic)
+        code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic, shared, sync)
         final = False
         run_code = None
         if rewound:
             # a write the adjoint rewinds: rewind them all, then run the primal again
             p = plan(ir, allk, floats, backend, effects=True)
-            code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic)
+            shared = [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
+                      if isinstance(st.expr.fn, SharedArray)]
+            code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared, sync)
             p0 = plan(ir, allk, [], backend, effects=True)
             run_code, ns0 = emit_plain(p0, stem + "_run", skip_atomic=True)
             ns.ns.update(ns0.ns)

@@ -1005,7 +1005,12 @@ class ArrayMixin:
                 args += [f"{k}={v[0]}" for k, v in kw.items()]
                 code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
         if record and st.var is not None and st.var.id in self.shadow_roots:
-            self.alloc_shadow(st.var, ind, code, loop, st.loc)
+            if hasattr(fn, "shadow_src"):
+                # memory the back end allocates its own way (cuda.shared.array)
+                for line in fn.shadow_src(self, var_name(st.var), self.dname(st.var)):
+                    code.add(ind, line, st.loc)
+            else:
+                self.alloc_shadow(st.var, ind, code, loop, st.loc)
 
     def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool, loc=None) -> None:
         n, d = var_name(v), self.dname(v)
@@ -1102,6 +1107,10 @@ class ArrayMixin:
         info = self.astmts[id(st)]
         kind = info["kind"]
         loop = self.in_loop(blk.id)
+        if hasattr(fn, "adjoint_effect"):
+            # an effect the adjoint repeats at the mirrored point (cuda.syncthreads)
+            code.add(ind, fn.adjoint_effect(self), st.loc)
+            return
         if kind == "setitem":
             base = e.args[0]
             ops = [self.value_ref(q, local) for q in e.args[1:-1]]

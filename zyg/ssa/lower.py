@@ -1428,7 +1428,8 @@ class Lowerer:
         if isinstance(node, (gast.Name, gast.Attribute)):
             v = self.static_value(node)
             if v is not None and not isinstance(v, (int, float, bool, complex, np.ndarray, tuple,
-                                                    types.ModuleType)):
+                                                    types.ModuleType)) \
+                    and not hasattr(v, "_zyg_lower_value"):      # a run-time value (cuda.threadIdx.x)
                 return v
         return None
 
