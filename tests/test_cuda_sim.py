@@ -572,6 +572,30 @@ def k_shared_2d(a, out, n):
         out[i, cuda.blockIdx.y] = acc
 
 
+def mix_nll(mu, w, x):
+    """A Gaussian mixture's negative log-likelihood of one point: every thread reads the
+    same parameters (their shadows take atomic additions)."""
+    m = -1e300
+    for k in range(mu.shape[0]):
+        d = x - mu[k]
+        m = max(m, -0.5 * d * d)
+    s = 0.0
+    for k in range(mu.shape[0]):
+        d = x - mu[k]
+        s += w[k] * math.exp(-0.5 * d * d - m)
+    return -(m + math.log(s))
+
+
+def row_energy(r, c):
+    """A function of one row, which it also scales in place (the write is rewound by the
+    adjoint, then done again)."""
+    e = 0.0
+    for k in range(r.shape[0]):
+        r[k] = r[k] * c
+        e += math.sin(r[k]) * r[k]
+    return e
+
+
 def k_refused_sync(x, n):
     i = cuda.grid(1)
     if i < n:
@@ -689,6 +713,43 @@ def check_kernel_tape_overflow_relaunch():
         zc.set_tape_size(old)
 
 
+def check_device_vjp():
+    """zyg.vjp(f, target="cuda"): atomic shadows of shared parameters, plain shadows of
+    rows private to a thread, a function writing into its argument."""
+    import numpy as np
+    import zyg
+    g = zyg.vjp(mix_nll, argnums=(0, 1), target="cuda")
+    gp = zyg.vjp(row_energy, target="cuda", accumulate="plain")
+
+    def kern(mu, dmu, w, dw, xs, out, rows, drows, c):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            out[i] = g(mu, dmu, w, dw, xs[i], 1.0) + gp(rows[i], drows[i], c, 0.5)
+    kern = cuda.jit(kern)
+    rng = np.random.default_rng(2)
+    K, N = 4, 24
+    mu, w, xs = rng.normal(size=K), rng.uniform(0.5, 1.5, size=K), rng.normal(size=N)
+    rows = rng.normal(size=(N, 3))
+    dmu, dw, out, drows = np.zeros(K), np.zeros(K), np.zeros(N), np.zeros((N, 3))
+    rows_after = rows.copy()
+    kern[2, 16](mu, dmu, w, dw, xs, out, rows_after, drows, 1.3)
+    r2 = rows.copy()
+    ref = np.array([mix_nll(mu, w, x) for x in xs]) + np.array([row_energy(r2[i], 1.3) for i in range(N)])
+    _close(out, ref, 1e-12, "device vjp values")
+    _close(rows_after, r2, 1e-12, "rows written as the primal writes them")
+
+    def total(mu, w):
+        return sum(mix_nll(mu, w, x) for x in xs)
+    gmu = np.array([(total(mu + 1e-6 * e, w) - total(mu - 1e-6 * e, w)) / 2e-6 for e in np.eye(K)])
+    gw = np.array([(total(mu, w + 1e-6 * e) - total(mu, w - 1e-6 * e)) / 2e-6 for e in np.eye(K)])
+    _close(dmu, gmu, 1e-6, "shared parameters (atomic): mu")
+    _close(dw, gw, 1e-6, "shared parameters (atomic): w")
+    for i in range(N):
+        gr = np.array([(row_energy(rows[i] + 1e-6 * e, 1.3) - row_energy(rows[i] - 1e-6 * e, 1.3)) / 2e-6
+                       for e in np.eye(3)]) * 0.5
+        _close(drows[i], gr, 1e-6, f"private rows (plain): row {i}")
+
+
 def check_kernel_refusals():
     import numpy as np
     import zyg
@@ -794,8 +855,10 @@ def ptx_vmap_kernels():
 
 
 def ptx_kernel_adjoints():
-    """The generated adjoint kernels compile to PTX (local tapes, global atomics)."""
+    """The generated adjoint kernels and device vector-Jacobian products compile to PTX
+    (local tapes, global atomics, barriers and shared memory)."""
     import numba
+    import zyg
     from zyg import cuda_kernel as ck
     i8, a1, a2, i1 = numba.int64, numba.float64[:], numba.float64[:, :], numba.int64[:]
     cases = [
@@ -808,6 +871,15 @@ def ptx_kernel_adjoints():
         (k_shared, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
         (k_shared_2d, ["f8[2]", "f8[2]", "int"], (a2, a2, a2, a2, i8)),
     ]
+    g = zyg.vjp(mix_nll, argnums=(0, 1), target="cuda")
+    gp = zyg.vjp(row_energy, target="cuda", accumulate="plain")
+
+    def kern(mu, dmu, w, dw, xs, out, rows, drows, c):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            out[i] = g(mu, dmu, w, dw, xs[i], 1.0) + gp(rows[i], drows[i], c, 0.5)
+    ptx = _ptx(kern, (a1, a1, a1, a1, a1, a1, a2, a2, numba.float64))
+    assert "atom.global.add.f64" in ptx and ".local" in ptx
     for plain, kinds, sig in cases:
         b = ck.build(cuda.jit(plain), kinds, 256)
         ptx = _ptx(b.kernel.py_func, sig + ((i1,) if b.checked else ()))   # the status word

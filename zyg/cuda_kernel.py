@@ -306,12 +306,30 @@ def kernel_ir(py: Callable):
 
 # -- building -----------------------------------------------------------------------------
 
+class _LaunchCuda:
+    """Under the simulator, what a device function's generated code calls ``cuda``: the
+    running launch's simulated module (thread indices, local arrays), whichever kernel
+    called the function (the simulator swaps the module only into the kernel's globals)."""
+
+    def __getattr__(self, name):
+        from numba.cuda.simulator.kernel import _get_kernel_context
+        mod = _get_kernel_context()
+        if mod is None:
+            raise RuntimeError("a zyg device function runs only inside a kernel")
+        return getattr(mod, name)
+
+
 class _KernelBackend(CudaBackend):
     """The cuda back end for kernels: generated code reads the thread geometry through the
-    launch's own ``cuda`` module (under the simulator, the kernel's swapped one)."""
+    launch's own ``cuda`` module (under the simulator, the kernel's swapped one, or, for a
+    device function, the running launch's: :class:`_LaunchCuda`)."""
+
+    def __init__(self, tape_size: int, device_fn: bool = False):
+        super().__init__(tape_size)
+        self.device_fn = device_fn
 
     def sized(self, n: int) -> "_KernelBackend":
-        return self if n == self.tape_size else _KernelBackend(n)
+        return self if n == self.tape_size else _KernelBackend(n, self.device_fn)
 
     def tag(self) -> str:
         return super().tag() + "; kernel adjoint"
@@ -321,7 +339,7 @@ class _KernelBackend(CudaBackend):
         from .backends.base import Backend
         self.storage = LocalStacks(self.tape_size)
         ns = dict(ns)
-        ns["cuda"] = cuda_module()
+        ns["cuda"] = _LaunchCuda() if self.device_fn and simulator() else cuda_module()
         ns["np"] = np
         if not simulator():
             ns["max"] = self.helper(_max2)
@@ -579,17 +597,188 @@ def _is_kernel(f) -> bool:
         not getattr(f, "_device", False) and "device" not in cls.__name__.lower()
 
 
-def vjp(f, *, target: str = "cuda") -> KernelAdjoint:
-    """The adjoint of a ``@cuda.jit`` kernel: ``dk = zyg.vjp(kernel)``, launched as
-    ``dk[blocks, threads](x, dx, y, dy, n)`` with the kernel's configuration.  Each float
-    array argument is followed by its shadow, which holds on entry the cotangent of the
-    array's contents after the kernel, and on exit that of its contents before (Enzyme's
-    convention); the kernel's own writes are performed as a launch of it would.  Shadows
-    accumulate: zero them before the first launch.  docs/cuda.md."""
+def vjp(f, argnums=None, *, target: str = "cuda", accumulate: str = "atomic"):
+    """Vector-Jacobian products on a CUDA device (docs/cuda.md).
+
+    * ``zyg.vjp(kernel)`` for a ``@cuda.jit`` kernel: its adjoint, launched as
+      ``dk[blocks, threads](x, dx, y, dy, n)`` with the kernel's configuration.  Each float
+      array argument is followed by its shadow, which holds on entry the cotangent of the
+      array's contents after the kernel, and on exit that of its contents before (Enzyme's
+      convention); the kernel's own writes are performed as a launch of it would.  Shadows
+      accumulate: zero them before the first launch.
+    * ``zyg.vjp(f, argnums, target="cuda")`` for a function of arrays returning a number: a
+      device function for your kernels taking ``f``'s arguments, each differentiated array
+      (``argnums``; by default the arguments ``f`` indexes) followed by its shadow, and last
+      the output cotangent ``dy``; it returns ``f``'s value and adds ``dy * df/da`` into each
+      shadow (atomically, or with ``accumulate="plain"`` where the shadows are private to
+      the thread).  A NaN value says the per-thread tape was too small
+      (``zyg.cuda.set_tape_size``): nothing was added then."""
     if target != "cuda":
-        raise ValueError("zyg.vjp differentiates CUDA kernels (target='cuda'); on the host, "
+        raise ValueError("zyg.vjp works on CUDA devices (target='cuda'); on the host, "
                          "zyg.pullback(f, *args) gives the vector-Jacobian product")
-    if not _is_kernel(f):
-        raise TypeError(f"zyg.vjp takes a @cuda.jit kernel, not {f!r}; on the host, "
-                        "zyg.pullback(f, *args) gives the vector-Jacobian product")
-    return KernelAdjoint(f)
+    if _is_kernel(f):
+        if argnums is not None:
+            raise TypeError("zyg.vjp(kernel) takes no argnums: every float array argument "
+                            "has a shadow")
+        return KernelAdjoint(f)
+    cls = type(f)
+    if (cls.__module__ or "").startswith("numba.cuda"):
+        raise TypeError(f"zyg.vjp takes a @cuda.jit kernel or a plain function, not {f!r}")
+    return device_vjp(f, argnums, accumulate)
+
+
+# -- vector-Jacobian products as device functions -----------------------------------------
+
+class _VjpBuilt:
+    def __init__(self, fn, final, path):
+        self.fn = fn            # the generated device function (Python under the simulator)
+        self.final = final
+        self.path = path
+
+
+def build_vjp(f: Callable, kinds: Sequence[str], wrt: Sequence[int], accumulate: str,
+              size: int) -> _VjpBuilt:
+    """``f``'s value and vector-Jacobian product as one device function of ``f``'s
+    arguments, the shadows of the arrays ``wrt`` after them, and the output cotangent."""
+    from .ssa.lower import unwrap
+    py = unwrap(f)
+    backend = _KernelBackend(size, device_fn=True)
+    key = ("vjp", py, tuple(kinds), tuple(wrt), accumulate, backend.key(), simulator())
+    got = _BUILT.get(key)
+    if got is not None:
+        return got
+    with LOAD_LOCK:
+        got = _BUILT.get(key)
+        if got is not None:
+            return got
+        ir = kernel_ir(py)
+        name = ir.name
+        if len(kinds) != ir.nargs:
+            raise TypeError(f"{name}() takes {ir.nargs} arguments (besides the shadows and the "
+                            f"cotangent) but {len(kinds)} were given")
+        for i in wrt:
+            if not (is_array(kinds[i]) and differentiable(kinds[i])):
+                raise TypeMismatch(f"argument {i} of {name} is {kinds[i]}: zyg.vjp(..., "
+                                   "target='cuda') differentiates float arrays (each followed "
+                                   "by its shadow)", hint="use zyg.grad(f, target='cuda') for "
+                                                          "numbers")
+        geo = [s.key for s in ir.reads.hidden]
+        allk = list(kinds) + ["int"] * len(geo)
+        backend.prepare()
+        p = plan(ir, allk, list(wrt), backend)
+        for blk in p.fn.iter_blocks():
+            for st in blk.stmts:
+                if isinstance(st.expr.fn, (SharedArray, SyncThreads)):
+                    loc = st.loc
+                    raise UnsupportedSyntax(
+                        f"{name}: {callee_name(st.expr.fn)} in a device function's "
+                        "vector-Jacobian product is not supported (write it in the kernel and "
+                        "differentiate the kernel: zyg.vjp(kernel))",
+                        loc.filename if loc else None, loc.lineno if loc else None)
+        _refuse(p, name)
+        if p.ret_kind != "float":
+            raise TypeMismatch(f"{name} ({ir.filename}:{ir.firstlineno}) returns "
+                               f"{p.ret_kind}; its vector-Jacobian product needs a real scalar")
+        atomic = list(wrt) if accumulate == "atomic" else []
+        p.keep_final = True
+        stem = _ident(name.replace("<lambda>", "lambda")) + "_vjp"
+        code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic, value=True)
+        run_code = None
+        if rewound:
+            p = plan(ir, allk, list(wrt), backend)
+            code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, value=True)
+            p0 = plan(ir, allk, [], backend)
+            run_code, ns0 = emit_plain(p0, stem + "_run")
+            ns.ns.update(ns0.ns)
+        params = [f"a{i}" for i in range(len(kinds))]
+        full = []
+        for i in range(len(kinds)):
+            full.append(f"a{i}")
+            if i in wrt:
+                full.append(f"d{i}")
+        geo_src = [f"cuda.{g}" for g in geo]
+        lines = [f"def {stem}({', '.join(full + ['dy'])}):",
+                 f"    _v = {stem}_step({', '.join(params + geo_src + [f'd{i}' for i in wrt] + ['dy'])})"]
+        if run_code is not None:
+            lines.append(f"    {stem}_run({', '.join(params + geo_src)})")
+        lines.append("    return _v")
+        whole = Code()
+        whole.extend(code)
+        if run_code is not None:
+            whole.add(0, "")
+            whole.extend(run_code)
+        whole.add(0, "")
+        for ln in lines:
+            whole.add(0, ln)
+        names = [stem + "_step"] + ([stem + "_run"] if run_code is not None else []) + [stem]
+        loaded, path, _ = backend.load(whole, ns.ns, names, stem)
+        raw = loaded[-1]
+        if not simulator():
+            cuda = cuda_module()
+            glob = raw.__globals__
+            for n in names[:-1]:
+                glob[n] = cuda.jit(device=True)(glob[n])
+            raw = cuda.jit(device=True)(raw)
+        got = _VjpBuilt(raw, run_code is not None, path)
+        _BUILT[key] = got
+        return got
+
+
+def device_vjp(f: Callable, argnums, accumulate: str) -> Callable:
+    """``zyg.vjp(f, argnums, target="cuda")``: a device function for a user's kernel."""
+    from .cuda import _array_params, _overload, kind_of_numba
+    from .driver import _normalise_argnums
+    from .entry import adapt
+    from .ssa.lower import unwrap
+    if accumulate not in ("atomic", "plain"):
+        raise ValueError("accumulate is 'atomic' (shadows shared by threads) or 'plain' "
+                         "(each thread's own shadows)")
+    f, binder = adapt(f)
+    if binder is not None:
+        raise UnsupportedSyntax(f"the vector-Jacobian product of {getattr(f, '__name__', 'f')} "
+                                "cannot bind defaults, keywords or a method's object",
+                                hint="differentiate a plain function of positional arguments")
+    n = kernel_ir(unwrap(f)).nargs
+    if argnums is None:
+        wrt = sorted(_array_params(f))
+        if not wrt:
+            raise TypeError(f"{getattr(f, '__name__', 'f')} indexes no argument: pass argnums "
+                            "(the float arrays to differentiate)")
+    else:
+        wrt, _ = _normalise_argnums(argnums, n)
+        wrt = sorted(wrt)
+    params, own = [], []
+    for i in range(n):
+        params.append(f"a{i}")
+        own.append(f"a{i}")
+        if i in wrt:
+            params.append(f"d{i}")
+    params.append("dy")
+    name = _ident(getattr(unwrap(f), "__name__", "f").replace("<lambda>", "lambda")) + "_vjp_cuda"
+
+    def sim_call(args):
+        if not simulator():
+            raise TypeError(f"{name} is a CUDA device function: call it from a @cuda.jit kernel")
+        ownargs = [args[params.index(o)] for o in own]
+        kinds = [kind_of_runtime(a) for a in ownargs]
+        b = build_vjp(f, kinds, wrt, accumulate, tape_size())
+        return b.fn(*args)
+    glob: Dict[str, Any] = {"_sim_call": sim_call}
+    exec(f"def {name}({', '.join(params)}):\n    return _sim_call(({', '.join(params)},))\n", glob)
+    stub = glob[name]
+    stub.__doc__ = (f"The value of {getattr(f, '__name__', 'f')} and its vector-Jacobian product "
+                    f"(a CUDA device function generated by zyg): arguments {', '.join(params)}.")
+    stub._zyg_device_vjp = (f, wrt, accumulate)
+    if simulator():
+        return stub
+
+    def typer_impl(types):
+        kinds = [kind_of_numba(types[params.index(o)]) for o in own]
+        b = build_vjp(f, kinds, wrt, accumulate, tape_size())
+        ig = {"_core": b.fn}
+        exec(f"def impl({', '.join(params)}):\n    return _core({', '.join(params)})\n", ig)
+        return ig["impl"]
+    tg = {"_typer_impl": typer_impl}
+    exec(f"def typer({', '.join(params)}):\n    return _typer_impl(({', '.join(params)},))\n", tg)
+    _overload()(stub)(tg["typer"])
+    return stub
