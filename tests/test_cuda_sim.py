@@ -596,6 +596,29 @@ def row_energy(r, c):
     return e
 
 
+def k_gmm(xs, mu, logw, out, n, K, d):
+    """A mixture's log-likelihood per point: every thread reads all of mu and logw (shared
+    parameters: their shadows are summed per block in shared memory)."""
+    i = cuda.grid(1)
+    if i >= n:
+        return
+    m = -1e300
+    for k in range(K):
+        q = 0.0
+        for j in range(d):
+            r = xs[i, j] - mu[k, j]
+            q += r * r
+        m = max(m, logw[k] - 0.5 * q)
+    s = 0.0
+    for k in range(K):
+        q = 0.0
+        for j in range(d):
+            r = xs[i, j] - mu[k, j]
+            q += r * r
+        s += math.exp(logw[k] - 0.5 * q - m)
+    out[i] = m + math.log(s)
+
+
 def k_refused_sync(x, n):
     i = cuda.grid(1)
     if i < n:
@@ -664,6 +687,22 @@ def check_kernel_adjoints():
     _kernel_case(k_scatter, (2, 16), [x, idx, np.zeros(4), n], {2: rng.normal(size=4)})
     a = rng.normal(size=(4, 5))
     _kernel_case(k_grid2, ((2, 3), (2, 2)), [a, np.zeros((4, 5)), 4, 5], {1: rng.normal(size=(4, 5))})
+
+
+def check_kernel_block_staged_shadows():
+    """Shared parameters' shadows staged per block (the launcher decides from the kernel's
+    SSA: never written, read at indices independent of the thread); the points' shadow is
+    not staged (read at the thread's row)."""
+    import numpy as np
+    from zyg import cuda_kernel as ck
+    rng = np.random.default_rng(4)
+    n, K, d = 40, 3, 2
+    kinds = ["f8[2]", "f8[2]", "f8[1]", "f8[1]", "int", "int", "int"]
+    assert ck.shared_parameters(k_gmm, kinds) == [1, 2], ck.shared_parameters(k_gmm, kinds)
+    _kernel_case(k_gmm, (3, 16), [rng.normal(size=(n, d)), rng.normal(size=(K, d)),
+                                 rng.normal(size=K), np.zeros(n), n, K, d], {3: rng.normal(size=n)})
+    staged = [b for key, b in ck._BUILT.items() if key[0] is k_gmm]
+    assert staged and all(b.staged == [1, 2] for b in staged), [b.staged for b in staged]
 
 
 def check_kernel_shared_memory_and_barriers():
@@ -869,6 +908,8 @@ def ptx_kernel_adjoints():
         (k_loops, ["f8[1]", "f8[1]", "f8[1]", "int", "int"], (a1, a1, a1, a1, a1, a1, i8, i8)),
         (k_grid2, ["f8[2]", "f8[2]", "int", "int"], (a2, a2, a2, a2, i8, i8)),
         (k_shared, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
+        (k_gmm, ["f8[2]", "f8[2]", "f8[1]", "f8[1]", "int", "int", "int"],
+         (a2, a2, a2, a2, a1, a1, a1, a1, i8, i8, i8)),
         (k_shared_2d, ["f8[2]", "f8[2]", "int"], (a2, a2, a2, a2, i8)),
     ]
     g = zyg.vjp(mix_nll, argnums=(0, 1), target="cuda")
@@ -881,8 +922,11 @@ def ptx_kernel_adjoints():
     ptx = _ptx(kern, (a1, a1, a1, a1, a1, a1, a2, a2, numba.float64))
     assert "atom.global.add.f64" in ptx and ".local" in ptx
     for plain, kinds, sig in cases:
-        b = ck.build(cuda.jit(plain), kinds, 256)
+        staged = ((1, (3, 2)), (2, (3,))) if plain is k_gmm else ()
+        b = ck.build(cuda.jit(plain), kinds, 256, staged)
         ptx = _ptx(b.kernel.py_func, sig + ((i1,) if b.checked else ()))   # the status word
+        if staged:
+            assert "atom.shared.add.f64" in ptx, "staged shadows add in shared memory"
         assert "atom.global.add.f64" in ptx or plain is k_map, plain.__name__
         if plain in (k_shared, k_shared_2d):
             assert "bar.sync" in ptx and ".shared" in ptx, plain.__name__

@@ -404,10 +404,73 @@ def _refuse(p, name: str) -> None:
                                 "elements (a[i], a[i, j] = v, a.shape)")
 
 
-def build(kernel, kinds: Sequence[str], size: int) -> Built:
+#: the most shared memory the shadows of a block's shared parameters may take
+STAGED_BYTES = 32 * 1024
+_CANDIDATES: Dict[Any, List[int]] = {}
+
+
+def shared_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
+    """The float array parameters every thread reads at the same places (GMM's means, a
+    lookup table): never written, read only by elements at indices that do not depend on
+    the thread's position.  Their shadows are staged per block in shared memory
+    (:func:`build`)."""
+    key = (py, tuple(kinds))
+    got = _CANDIDATES.get(key)
+    if got is not None:
+        return got
+    ir = kernel_ir(py)
+    allk = list(kinds) + ["int"] * len(ir.reads.hidden)
+    p = plan(ir, allk, [], backends.get("python"), effects=True)
+    fn = p.fn
+    tainted = {q.id for q in fn.params[ir.nargs:]}       # the thread geometry
+    changed = True
+    while changed:
+        changed = False
+        for blk in fn.iter_blocks():
+            for st in blk.stmts:
+                if st.var is not None and st.var.id not in tainted and \
+                        any(getattr(a, "id", None) in tainted for a in st.expr.operands()):
+                    tainted.add(st.var.id)
+                    changed = True
+            for target, args in blk.term.successors():
+                for q, a in zip(fn.blocks[target].params, args):
+                    if q.id not in tainted and getattr(a, "id", None) in tainted:
+                        tainted.add(q.id)
+                        changed = True
+    out = []
+    for i, k in enumerate(kinds):
+        if not (is_array(k) and differentiable(k)):
+            continue
+        root = p.aliases.find(fn.params[i].id)
+        ok = True
+        for blk in fn.iter_blocks():
+            for st in blk.stmts:
+                e = st.expr
+                args = [a for a in e.operands() if getattr(a, "id", None) in p.aliases.parent
+                        and p.aliases.find(a.id) == root]
+                if not args:
+                    continue
+                if isinstance(e.fn, SetItem) and getattr(e.args[0], "id", None) in p.aliases.parent \
+                        and p.aliases.find(e.args[0].id) == root:
+                    ok = False
+                elif isinstance(e.fn, GetItem) and any(getattr(a, "id", None) in tainted
+                                                       for a in e.args[1:]):
+                    ok = False
+        if ok:
+            out.append(i)
+    _CANDIDATES[key] = out
+    return out
+
+
+def build(kernel, kinds: Sequence[str], size: int,
+          staged: Tuple[Tuple[int, Tuple[int, ...]], ...] = ()) -> Built:
+    """The adjoint kernel of ``kernel`` for arguments of ``kinds``, with a per-thread tape of
+    ``size`` items where unbounded; ``staged``: (parameter, shape) of the shared parameters
+    whose shadows a block sums in shared memory before adding them into the global shadow
+    once per element."""
     py = _py_function(kernel)
     backend = _KernelBackend(size)
-    key = (py, tuple(kinds), backend.key(), simulator())
+    key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged))
     got = _BUILT.get(key)
     if got is not None:
         return got
@@ -456,11 +519,38 @@ def build(kernel, kinds: Sequence[str], size: int) -> Built:
         geo_src = [f"cuda.{g}" for g in geo]
         head = full + (["_status"] if checked else [])
         lines = [f"def {stem}({', '.join(head)}):"]
-        call = ", ".join(params + geo_src + [f"d{i}" for i in floats])
+        stage = dict(staged)
+        if stage:
+            # a block's contributions to a shared parameter's shadow are summed in shared
+            # memory, then added into the global shadow once per element and block
+            import numba
+            lines.append("    _t = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + "
+                         "cuda.blockDim.y * cuda.threadIdx.z)")
+            lines.append("    _nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z")
+            for i, shape in stage.items():
+                dt = np.dtype(kinds[i][:kinds[i].index("[")])
+                ns.ns[f"_nb_{dt.name}"] = numba.from_dtype(dt)
+                shp = str(shape[0]) if len(shape) == 1 else repr(tuple(shape))
+                lines.append(f"    _s{i} = cuda.shared.array({shp}, _nb_{dt.name})")
+                lines.append("    _k = _t")
+                lines.append(f"    while _k < {int(np.prod(shape))}:")
+                lines.append(f"        _s{i}[{_flat_index(shape)}] = 0")
+                lines.append("        _k += _nt")
+            lines.append("    cuda.syncthreads()")
+        call = ", ".join(params + geo_src + [f"_s{i}" if i in stage else f"d{i}" for i in floats])
         lines.append(f"    _need = {stem}_step({call})")
         if checked:
             lines.append("    if _need > 0:")
             lines.append("        cuda.atomic.max(_status, 0, _need)")
+        if stage:
+            lines.append("    cuda.syncthreads()")
+            for i, shape in stage.items():
+                idx = _flat_index(shape)
+                lines.append("    _k = _t")
+                lines.append(f"    while _k < {int(np.prod(shape))}:")
+                lines.append(f"        cuda.atomic.add(d{i}, {idx if len(shape) == 1 else '(' + idx + ')'}, "
+                             f"_s{i}[{idx}])")
+                lines.append("        _k += _nt")
         if final:
             lines.append(f"    {stem}_run({', '.join(params + geo_src)})")
         whole = Code()
@@ -480,8 +570,17 @@ def build(kernel, kinds: Sequence[str], size: int) -> Built:
             for n in names[:-1]:
                 glob[n] = cuda.jit(device=True)(glob[n])
         got = Built(cuda.jit(raw), len(kinds), floats, checked, final, path)
+        got.staged = [i for i, _ in staged]
         _BUILT[key] = got
         return got
+
+
+def _flat_index(shape: Tuple[int, ...]) -> str:
+    """The index of flat position ``_k`` in an array of ``shape`` (C order)."""
+    if len(shape) == 1:
+        return "_k"
+    strides = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
+    return ", ".join(f"(_k // {st}) % {dim}" for st, dim in zip(strides, shape))
 
 
 # -- launching ----------------------------------------------------------------------------
@@ -539,8 +638,14 @@ class KernelAdjoint:
         kinds = [kind_of_runtime(a) for a in own]
         size = tape_size()
         saved = None
+        staged, room = [], STAGED_BYTES
+        for i in shared_parameters(self.py, kinds):
+            nbytes = int(np.prod(own[i].shape)) * np.dtype(own[i].dtype).itemsize
+            if 0 < nbytes <= room:
+                staged.append((i, tuple(int(d) for d in own[i].shape)))
+                room -= nbytes
         while True:
-            b = build(self.kernel, kinds, size)
+            b = build(self.kernel, kinds, size, tuple(staged))
             full = []
             j = 0
             for i, a in enumerate(own):
