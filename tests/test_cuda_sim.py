@@ -799,11 +799,23 @@ def check_kernel_refusals():
     else:
         raise AssertionError("a barrier in a branch was not refused")
     try:
-        zyg.vjp(k_map)
+        zyg.vjp(3.0)
     except TypeError as e:
-        assert "@cuda.jit kernel" in str(e)
+        assert "@cuda.jit kernel or a plain function" in str(e)
     else:
-        raise AssertionError("a plain function was taken for a kernel")
+        raise AssertionError("a number was taken for a kernel")
+    # a kernel's body passed as a plain function is a device function's vjp, which needs a
+    # number as result
+    g = zyg.vjp(k_map, argnums=0, target="cuda")
+
+    def calls(x, dx, y, n):
+        g(x, dx, y, n, 1.0)
+    try:
+        cuda.jit(calls)[1, 4](np.ones(4), np.zeros(4), np.zeros(4), 4)
+    except zyg.ZygError as e:
+        assert "real scalar" in str(e) or "number" in str(e), str(e)
+    else:
+        raise AssertionError("a device vjp of a function returning None was not refused")
     try:
         zyg.vjp(cuda.jit(k_map))[1, 4](np.ones(4), np.zeros(4), 4)
     except TypeError as e:

@@ -727,7 +727,7 @@ def vjp(f, argnums=None, *, target: str = "cuda", accumulate: str = "atomic"):
                             "has a shadow")
         return KernelAdjoint(f)
     cls = type(f)
-    if (cls.__module__ or "").startswith("numba.cuda"):
+    if (cls.__module__ or "").startswith("numba.cuda") or not callable(f):
         raise TypeError(f"zyg.vjp takes a @cuda.jit kernel or a plain function, not {f!r}")
     return device_vjp(f, argnums, accumulate)
 
@@ -843,9 +843,10 @@ def device_vjp(f: Callable, argnums, accumulate: str) -> Callable:
         raise UnsupportedSyntax(f"the vector-Jacobian product of {getattr(f, '__name__', 'f')} "
                                 "cannot bind defaults, keywords or a method's object",
                                 hint="differentiate a plain function of positional arguments")
-    n = kernel_ir(unwrap(f)).nargs
+    ir = kernel_ir(unwrap(f))
+    n = ir.nargs
     if argnums is None:
-        wrt = sorted(_array_params(f))
+        wrt = sorted(_array_params(f, ir))
         if not wrt:
             raise TypeError(f"{getattr(f, '__name__', 'f')} indexes no argument: pass argnums "
                             "(the float arrays to differentiate)")
