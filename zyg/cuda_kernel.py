@@ -148,6 +148,32 @@ class SharedArray(Prim):
         raise RuntimeError("cuda.shared.array runs only inside a kernel")
 
 
+class LocalArray(SharedArray):
+    """``cuda.local.array(shape, dtype)``: a thread's own scratch memory; its shadow is a
+    local array too, zeroed by the thread."""
+
+    def __init__(self, shape, dtype):
+        super().__init__(shape, dtype)
+        self.name = f"cuda.local.array{self.shape}"
+
+    def primal_src(self, em, st, args) -> str:
+        return f"cuda.local.array({self._shape()}, {self._type(em)})"
+
+    def shadow_src(self, em, n: str, d: str) -> List[str]:
+        size = int(np.prod(self.shape))
+        if len(self.shape) == 1:
+            idx = "_zk"
+        else:
+            strides = [int(np.prod(self.shape[k + 1:])) for k in range(len(self.shape))]
+            idx = ", ".join(f"(_zk // {st}) % {dim}" for st, dim in zip(strides, self.shape))
+        return [f"{d} = cuda.local.array({self._shape()}, {self._type(em)})",
+                f"for _zk in range({size}):",
+                f"    {d}[{idx}] = 0"]
+
+    def __call__(self):
+        raise RuntimeError("cuda.local.array runs only inside a kernel")
+
+
 class CudaName:
     """A name of ``numba.cuda`` read inside a kernel (``grid``, ``threadIdx.x``,
     ``atomic.add``): resolved by the front end's hooks, never at run time."""
@@ -223,7 +249,10 @@ def _lower_call(lw, fn, node, hint):
         return Const(None)
     if path == "shared.array":
         return lw.emit(_shared(lw, node), [], node, hint)
-    if path in ("local.array", "const.array_like"):
+    if path == "local.array":
+        sa = _shared(lw, node)
+        return lw.emit(LocalArray(sa.shape, sa.dtype), [], node, hint)
+    if path in ("const.array_like",):
         raise lw.unsupported(node, f"cuda.{path} in a differentiated kernel is not supported yet",
                              "zyg.vjp differentiates kernels whose threads share no memory but "
                              "global arrays (docs/cuda.md)")
@@ -242,7 +271,7 @@ def _shared(lw, node) -> SharedArray:
         return lw.static_value(n)
     args = list(node.args) + [k.value for k in node.keywords]
     if len(args) != 2:
-        raise lw.unsupported(node, "cuda.shared.array takes a shape and a dtype")
+        raise lw.unsupported(node, "cuda.shared.array and cuda.local.array take a shape and a dtype")
     shape, dt = const(args[0]), const(args[1])
     if isinstance(shape, int):
         shape = (shape,)
@@ -360,7 +389,7 @@ class Built:
 _BUILT: Dict[Any, Built] = {}
 
 
-def _refuse(p, name: str) -> None:
+def _refuse(p, name: str, nargs: int) -> None:
     """What a kernel's adjoint cannot do, at the user's line."""
     from .rules.higher import Checkpointed, Hooked
     from .ssa.prims import Attr, Recursive
@@ -369,12 +398,10 @@ def _refuse(p, name: str) -> None:
         loc = st.loc
         raise UnsupportedSyntax(msg, loc.filename if loc else None, loc.lineno if loc else None,
                                 loc.col if loc else None, hint=hint)
-    from .ssa.passes import dominators
     params = {q.id for q in p.fn.params}
     params |= {st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
-               if isinstance(st.expr.fn, SharedArray)}
-    exit_id = next(b.id for b in p.fn.iter_blocks() if isinstance(b.term, Return))
-    dom = dominators(p.fn)
+               if isinstance(st.expr.fn, (SharedArray, LocalArray))}
+    divergent = _divergent(p.fn, _tainted(p.fn, nargs))
     for blk in p.fn.iter_blocks():
         for st in blk.stmts:
             e = st.expr
@@ -382,12 +409,16 @@ def _refuse(p, name: str) -> None:
             what = callee_name(fn)
             if isinstance(fn, (Recursive, Checkpointed, Hooked)):
                 bad(st, f"kernel {name}: {what} runs Python at run time, which a kernel cannot call")
-            if isinstance(fn, (SyncThreads, SharedArray)) and \
-                    (blk.id not in dom[exit_id] or p.loops_of.get(blk.id)):
-                bad(st, f"kernel {name}: {what} must be at the top level of the kernel's body, "
-                        "where every thread of the block runs it once (not in a branch, a loop or "
-                        "after an early return)")
-            if isinstance(fn, SharedArray):
+            if type(fn) in (SyncThreads, SharedArray) and blk.id in divergent:
+                bad(st, f"kernel {name}: {what} runs where the threads of a block may take "
+                        "different paths (under a condition on the thread's position, in a loop "
+                        "whose trip count depends on it, or after an early return); every thread "
+                        "of the block must run it alike",
+                    hint="branch on the thread's position after it, or only around the work")
+            if isinstance(fn, (SharedArray, LocalArray)) and p.loops_of.get(blk.id):
+                bad(st, f"kernel {name}: {what} inside a loop is not supported",
+                    hint="allocate it once, before the loop")
+            if isinstance(fn, (SharedArray, LocalArray)):
                 continue
             if st.var is not None and is_array(p.kinds.get(st.var.id, "")):
                 bad(st, f"kernel {name}: {what} makes an array (or a view), which a kernel's "
@@ -402,6 +433,66 @@ def _refuse(p, name: str) -> None:
                     if not ok:
                         bad(st, f"kernel {name}: {what} uses array {a.id!r} other than by its "
                                 "elements (a[i], a[i, j] = v, a.shape)")
+
+
+def _tainted(fn, nargs: int) -> set:
+    """Ids of the values that depend on the thread's position (the geometry parameters,
+    after the ``nargs`` arguments, and what is computed from them)."""
+    tainted = {q.id for q in fn.params[nargs:]}
+    changed = True
+    while changed:
+        changed = False
+        for blk in fn.iter_blocks():
+            for st in blk.stmts:
+                if st.var is not None and st.var.id not in tainted and \
+                        any(getattr(a, "id", None) in tainted for a in st.expr.operands()):
+                    tainted.add(st.var.id)
+                    changed = True
+            for target, args in blk.term.successors():
+                for q, a in zip(fn.blocks[target].params, args):
+                    if q.id not in tainted and getattr(a, "id", None) in tainted:
+                        tainted.add(q.id)
+                        changed = True
+    return tainted
+
+
+def _divergent(fn, tainted: set) -> set:
+    """Blocks that some threads of a block may run and others not: those between a branch on
+    a thread-dependent condition and the point where its paths join again (its nearest
+    post-dominator)."""
+    from .ssa.ir import Branch
+    ids = [b.id for b in fn.iter_blocks()]
+    succ = {b.id: [t for t, _ in b.term.successors()] for b in fn.iter_blocks()}
+    exits = [b.id for b in fn.iter_blocks() if isinstance(b.term, Return)]
+    pdom = {b: set(ids) for b in ids}
+    for e in exits:
+        pdom[e] = {e}
+    changed = True
+    while changed:
+        changed = False
+        for b in ids:
+            if b in exits or not succ[b]:
+                continue
+            new = set.intersection(*(pdom[t] for t in succ[b])) | {b}
+            if new != pdom[b]:
+                pdom[b] = new
+                changed = True
+    out: set = set()
+    for blk in fn.iter_blocks():
+        t = blk.term
+        if not isinstance(t, Branch) or getattr(t.cond, "id", None) not in tainted:
+            continue
+        cands = pdom[blk.id] - {blk.id}
+        # the nearest post-dominator: the one every other candidate post-dominates
+        join = next((c for c in cands if all(o in pdom[c] for o in cands)), None)
+        work = list(succ[blk.id])
+        while work:
+            b = work.pop()
+            if b == join or b in out:
+                continue
+            out.add(b)
+            work.extend(succ[b])
+    return out
 
 
 #: the most shared memory the shadows of a block's shared parameters may take
@@ -422,21 +513,7 @@ def shared_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
     allk = list(kinds) + ["int"] * len(ir.reads.hidden)
     p = plan(ir, allk, [], backends.get("python"), effects=True)
     fn = p.fn
-    tainted = {q.id for q in fn.params[ir.nargs:]}       # the thread geometry
-    changed = True
-    while changed:
-        changed = False
-        for blk in fn.iter_blocks():
-            for st in blk.stmts:
-                if st.var is not None and st.var.id not in tainted and \
-                        any(getattr(a, "id", None) in tainted for a in st.expr.operands()):
-                    tainted.add(st.var.id)
-                    changed = True
-            for target, args in blk.term.successors():
-                for q, a in zip(fn.blocks[target].params, args):
-                    if q.id not in tainted and getattr(a, "id", None) in tainted:
-                        tainted.add(q.id)
-                        changed = True
+    tainted = _tainted(fn, ir.nargs)
     out = []
     for i, k in enumerate(kinds):
         if not (is_array(k) and differentiable(k)):
@@ -488,10 +565,10 @@ def build(kernel, kinds: Sequence[str], size: int,
         floats = [i for i, k in enumerate(kinds) if is_array(k) and differentiable(k)]
         backend.prepare()
         p = plan(ir, allk, floats, backend, effects=True)
-        _refuse(p, name)
+        _refuse(p, name, ir.nargs)
         atomic = [i for i in floats]
         shared = [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
-                  if isinstance(st.expr.fn, SharedArray)]
+                  if type(st.expr.fn) is SharedArray]
         sync = any(isinstance(st.expr.fn, SyncThreads) for blk in p.fn.iter_blocks()
                    for st in blk.stmts)
         p.keep_final = True
@@ -503,7 +580,7 @@ def build(kernel, kinds: Sequence[str], size: int,
             # a write the adjoint rewinds: rewind them all, then run the primal again
             p = plan(ir, allk, floats, backend, effects=True)
             shared = [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
-                      if isinstance(st.expr.fn, SharedArray)]
+                      if type(st.expr.fn) is SharedArray]
             code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared, sync)
             p0 = plan(ir, allk, [], backend, effects=True)
             run_code, ns0 = emit_plain(p0, stem + "_run", skip_atomic=True)
@@ -773,14 +850,14 @@ def build_vjp(f: Callable, kinds: Sequence[str], wrt: Sequence[int], accumulate:
         p = plan(ir, allk, list(wrt), backend)
         for blk in p.fn.iter_blocks():
             for st in blk.stmts:
-                if isinstance(st.expr.fn, (SharedArray, SyncThreads)):
+                if type(st.expr.fn) in (SharedArray, SyncThreads):
                     loc = st.loc
                     raise UnsupportedSyntax(
                         f"{name}: {callee_name(st.expr.fn)} in a device function's "
                         "vector-Jacobian product is not supported (write it in the kernel and "
                         "differentiate the kernel: zyg.vjp(kernel))",
                         loc.filename if loc else None, loc.lineno if loc else None)
-        _refuse(p, name)
+        _refuse(p, name, ir.nargs)
         if p.ret_kind != "float":
             raise TypeMismatch(f"{name} ({ir.filename}:{ir.firstlineno}) returns "
                                f"{p.ret_kind}; its vector-Jacobian product needs a real scalar")
