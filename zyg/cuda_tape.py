@@ -158,23 +158,34 @@ def _extent(key) -> Optional[Tuple[int, int]]:
     return lo, hi
 
 
+def _numba_array(a):
+    """A numba device array of ``a``'s memory (``a`` itself, or a view of another
+    library's array through ``__cuda_array_interface__``: CuPy, PyTorch)."""
+    if hasattr(a, "copy_to_device"):
+        return a
+    return cuda_module().as_cuda_array(a)
+
+
 def _copy(a):
     """A copy of ``a``'s contents where ``a`` lives (a device copy of a device array)."""
     if isinstance(a, np.ndarray):
         return a.copy()
+    a = _numba_array(a)
     c = cuda_module().device_array_like(a)
     c.copy_to_device(a)
     return c
 
 
 def _restore(a, saved) -> None:
+    """Copy ``saved`` (host or device contents) into ``a``."""
     if isinstance(a, np.ndarray):
-        a[...] = saved
+        a[...] = _host(saved)
     else:
-        a.copy_to_device(saved)
+        _numba_array(a).copy_to_device(saved)
 
 
 def _zeros_like(a):
+    """A zero shadow of ``a``'s kind (a numba device array for any device array)."""
     if isinstance(a, np.ndarray):
         return np.zeros(a.shape, a.dtype)
     return cuda_module().to_device(np.zeros(tuple(a.shape), np.dtype(a.dtype)))
@@ -377,8 +388,9 @@ class Tape:
                 self._written.add(k)
                 if self.save_all or k in self._read:
                     saves[k] = _copy(args[i])
+            got = run()
             self.launches.append(_Launch(kernel, dk, config, list(args), keys, saves))
-            return run()
+            return got
 
     def _key(self, a) -> Tuple:
         k = array_key(a)
