@@ -146,7 +146,7 @@ def check_pingpong_heat_gradient():
 
 def check_pingpong_without_saves_is_wrong():
     """The saves matter: the same adjoints launched last first with the same shadows, but
-    without restoring the overwritten buffers (what Warp's tape does), give another,
+    without restoring the overwritten buffers (as a tape without saves would), give another,
     wrong gradient."""
     import zyg
     step = cuda.jit(heat_step)
@@ -249,7 +249,6 @@ def check_explicit_launch_and_interception():
     assert not ct.intercepting() and FakeCUDAKernel.__dict__["__call__"] is orig
     tape.backward(grads=[(u0, w)])
     _close(tape.gradient(u0), _fd(loss, u_init), 1e-6, "tape.launch")
-    other = []
     with zyg.cuda.Tape() as t2:
         assert ct.intercepting() and FakeCUDAKernel.__dict__["__call__"] is not orig
         th = threading.Thread(target=lambda: step[1, N](u0.copy(), np.zeros(N), N, C))
@@ -258,7 +257,7 @@ def check_explicit_launch_and_interception():
         with zyg.cuda.Tape() as inner:          # the innermost tape records
             step[1, N](u0, u1, N, C)
         step[1, N](u1, u0, N, C)
-    assert len(t2.launches) == 1 and len(inner.launches) == 1, (len(t2.launches), other)
+    assert len(t2.launches) == 1 and len(inner.launches) == 1, len(t2.launches)
     assert not ct.intercepting() and FakeCUDAKernel.__dict__["__call__"] is orig
     step[1, N](u0, u1, N, C)                    # outside: not recorded
     assert len(t2.launches) == 1
@@ -381,6 +380,38 @@ def hostcheck_real_launch_point_wrapped_and_restored():
             pass
         assert CUDADispatcher.__dict__["call"] is not orig
     assert CUDADispatcher.__dict__["call"] is orig
+
+
+def hostcheck_real_launches_recorded_and_adjoints_launched():
+    """Without the simulator and without a GPU: numba.cuda's launch point replaced by a
+    stand-in that only notes what it is asked to launch; kernel[blocks, threads](...)
+    launches inside a tape are recorded with their configuration and saves, and backward
+    asks for the adjoint kernels, last first, each float array followed by its shadow."""
+    import zyg
+    import zyg.cuda
+    from numba.cuda.dispatcher import CUDADispatcher
+    orig = CUDADispatcher.__dict__["call"]
+    asked = []
+
+    def stand_in(self, args, griddim, blockdim, stream, sharedmem):
+        asked.append((self.py_func.__name__, griddim, blockdim, len(args)))
+    CUDADispatcher.call = stand_in
+    try:
+        step = cuda.jit(heat_step)
+        u0, u1 = np.ones(N), np.zeros(N)
+        with zyg.cuda.Tape() as tape:
+            step[1, N](u0, u1, N, C)
+            step[1, N](u1, u0, N, C)
+        assert CUDADispatcher.__dict__["call"] is stand_in
+        assert [a[0] for a in asked] == ["heat_step", "heat_step"], asked
+        assert [L.config for L in tape.launches] == [((1, 1, 1), (N, 1, 1))] * 2
+        assert not tape.launches[0].saves and len(tape.launches[1].saves) == 1
+        del asked[:]
+        tape.backward(grads=[(u0, np.ones(N))])
+        assert [(a[0], a[3]) for a in asked] == [("heat_step_adj", 6)] * 2, asked
+        assert isinstance(tape.gradient(u0), np.ndarray)
+    finally:
+        CUDADispatcher.call = orig
 
 
 CHECKS = [n for n in list(globals()) if n.startswith("check_")]

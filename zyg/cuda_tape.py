@@ -37,7 +37,7 @@ How:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -136,7 +136,7 @@ def array_key(a) -> Tuple:
         strides = cai.get("strides")
         if strides is None:
             strides = _c_strides(tuple(cai["shape"]), dt.itemsize)
-        return ("device", int(cai["data"][0]), tuple(cai["shape"]), tuple(strides), dt.str)
+        return ("device", int(cai["data"][0] or 0), tuple(cai["shape"]), tuple(strides), dt.str)
     return ("object", id(a), tuple(a.shape), None, np.dtype(a.dtype).str)
 
 
