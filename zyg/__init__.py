@@ -25,6 +25,7 @@ from .numerics import set_boundscheck  # noqa: F401
 from .compile import set_compile_notice  # noqa: F401
 from .cuda import vmap  # noqa: F401
 from .cuda_kernel import vjp  # noqa: F401
+from . import cuda_tape as _cuda_tape  # noqa: F401  (zyg.cuda.Tape)
 from .check import check_grads, GradCheckError  # noqa: F401
 from . import tasks  # noqa: F401  (gradient objects pickle: zyg/tasks/pickling.py)
 
