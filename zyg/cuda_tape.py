@@ -365,6 +365,8 @@ class Tape:
     def _adjoint(self, kernel):
         got = self._adjoints.get(id(kernel))
         if got is None or got[0] is not kernel:
+            if not ck._is_kernel(kernel):
+                raise TypeError(f"a tape records launches of @cuda.jit kernels, not {kernel!r}")
             got = self._adjoints[id(kernel)] = (kernel, ck.vjp(kernel))
         return got[1]
 
