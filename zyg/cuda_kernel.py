@@ -263,11 +263,18 @@ def _shared(lw, node) -> SharedArray:
     """The primitive of ``cuda.shared.array(shape, dtype)``: a constant shape and dtype."""
     import gast
 
+    ops = {gast.Add: operator.add, gast.Sub: operator.sub, gast.Mult: operator.mul,
+           gast.FloorDiv: operator.floordiv}
+
     def const(n):
+        # what numba takes as a constant: literals, globals, and arithmetic of them
         if isinstance(n, gast.Constant):
             return n.value
         if isinstance(n, gast.Tuple):
             return tuple(const(e) for e in n.elts)
+        if isinstance(n, gast.BinOp) and type(n.op) in ops:
+            a, b = const(n.left), const(n.right)
+            return ops[type(n.op)](a, b) if isinstance(a, int) and isinstance(b, int) else None
         return lw.static_value(n)
     args = list(node.args) + [k.value for k in node.keywords]
     if len(args) != 2:
