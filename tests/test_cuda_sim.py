@@ -619,6 +619,31 @@ def k_gmm(xs, mu, logw, out, n, K, d):
     out[i] = m + math.log(s)
 
 
+def k_block_sum(x, w, out, n):
+    """A local scratch array, then a shared-memory tree reduction: barriers in a loop whose
+    trip count is the same for every thread, and one atomic addition per block."""
+    sh = cuda.shared.array(16, numba.float64)
+    scratch = cuda.local.array(3, numba.float64)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    v = 0.0
+    if i < n:
+        for k in range(3):
+            scratch[k] = x[i] * w[k]
+        for k in range(3):
+            v += math.sin(scratch[k]) * scratch[(k + 1) % 3]
+    sh[t] = v
+    cuda.syncthreads()
+    s = 8
+    while s > 0:
+        if t < s:
+            sh[t] += sh[t + s]
+        cuda.syncthreads()
+        s //= 2
+    if t == 0:
+        cuda.atomic.add(out, 0, sh[0])
+
+
 def k_refused_sync(x, n):
     i = cuda.grid(1)
     if i < n:
@@ -713,6 +738,8 @@ def check_kernel_shared_memory_and_barriers():
     _kernel_case(k_shared, (2, 16), [rng.normal(size=n), np.zeros(n), n], {1: rng.normal(size=n)})
     a = rng.normal(size=(6, 6))
     _kernel_case(k_shared_2d, ((2, 2), (4, 4)), [a, np.zeros((6, 2)), 6], {1: rng.normal(size=(6, 2))})
+    _kernel_case(k_block_sum, (3, 16), [rng.normal(size=40), rng.normal(size=3), np.zeros(1), 40],
+                 {2: np.array([1.0])})
     # a 2-item tape: some threads of a block run out, the block skips its adjoint together
     # (a thread leaving alone would leave the others waiting at the adjoint's barriers)
     old = zc.tape_size()
@@ -923,6 +950,7 @@ def ptx_kernel_adjoints():
         (k_gmm, ["f8[2]", "f8[2]", "f8[1]", "f8[1]", "int", "int", "int"],
          (a2, a2, a2, a2, a1, a1, a1, a1, i8, i8, i8)),
         (k_shared_2d, ["f8[2]", "f8[2]", "int"], (a2, a2, a2, a2, i8)),
+        (k_block_sum, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
     ]
     g = zyg.vjp(mix_nll, argnums=(0, 1), target="cuda")
     gp = zyg.vjp(row_energy, target="cuda", accumulate="plain")
@@ -940,7 +968,7 @@ def ptx_kernel_adjoints():
         if staged:
             assert "atom.shared.add.f64" in ptx, "staged shadows add in shared memory"
         assert "atom.global.add.f64" in ptx or plain is k_map, plain.__name__
-        if plain in (k_shared, k_shared_2d):
+        if plain in (k_shared, k_shared_2d, k_block_sum):
             assert "bar.sync" in ptx and ".shared" in ptx, plain.__name__
 
 
