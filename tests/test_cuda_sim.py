@@ -961,13 +961,24 @@ def ptx_kernel_adjoints():
             out[i] = g(mu, dmu, w, dw, xs[i], 1.0) + gp(rows[i], drows[i], c, 0.5)
     ptx = _ptx(kern, (a1, a1, a1, a1, a1, a1, a2, a2, numba.float64))
     assert "atom.global.add.f64" in ptx and ".local" in ptx
+    # the kernels of tests/test_cuda_tape.py and examples/cuda_kernels.py, whose adjoints the
+    # tape launches under the simulator there
+    import test_cuda_tape as tt
+    tt.cuda, tt.numba = cuda, numba
+    f8 = numba.float64
+    cases += [
+        (tt.heat_step, ["f8[1]", "f8[1]", "int", "float"], (a1, a1, a1, a1, i8, f8)),
+        (tt.map_k, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
+        (tt.stencil_k, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
+        (tt.fill_k, ["f8[1]", "int"], (a1, a1, i8)),
+    ]
     for plain, kinds, sig in cases:
         staged = ((1, (3, 2)), (2, (3,))) if plain is k_gmm else ()
         b = ck.build(cuda.jit(plain), kinds, 256, staged)
         ptx = _ptx(b.kernel.py_func, sig + ((i1,) if b.checked else ()))   # the status word
         if staged:
             assert "atom.shared.add.f64" in ptx, "staged shadows add in shared memory"
-        assert "atom.global.add.f64" in ptx or plain is k_map, plain.__name__
+        assert "atom.global.add.f64" in ptx or plain in (k_map, tt.fill_k), plain.__name__
         if plain in (k_shared, k_shared_2d, k_block_sum):
             assert "bar.sync" in ptx and ".shared" in ptx, plain.__name__
 
