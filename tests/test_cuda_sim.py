@@ -728,6 +728,13 @@ def check_kernel_block_staged_shadows():
                                  rng.normal(size=K), np.zeros(n), n, K, d], {3: rng.normal(size=n)})
     staged = [b for key, b in ck._BUILT.items() if key[0] is k_gmm]
     assert staged and all(b.staged == [1, 2] for b in staged), [b.staged for b in staged]
+    # the points are read in the thread's own row (xs[i, j], i = cuda.grid(1)): plain
+    # additions (out is only written: nothing is added into its shadow by reads)
+    assert ck.private_parameters(k_gmm, kinds) == [0, 3], ck.private_parameters(k_gmm, kinds)
+    assert all(b.private == [0, 3] for b in staged), [b.private for b in staged]
+    # neighbour reads are not private; a 2-D launch never is
+    assert ck.private_parameters(k_stencil, ["f8[1]", "f8[1]", "int"]) == [1]     # u[i - 1]: not u
+    assert ck.private_parameters(k_map, ["f8[1]", "f8[1]", "int"]) == [0, 1]
 
 
 def check_kernel_shared_memory_and_barriers():

@@ -546,15 +546,67 @@ def shared_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
     return out
 
 
+_PRIVATE: Dict[Any, List[int]] = {}
+
+
+def private_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
+    """The float array parameters a thread of a 1-D launch reads only in its own row: every
+    element read's first index is ``cuda.grid(1)`` (``blockIdx.x * blockDim.x +
+    threadIdx.x``), which no other thread of such a launch shares.  Their shadows take plain
+    additions."""
+    key = (py, tuple(kinds))
+    got = _PRIVATE.get(key)
+    if got is not None:
+        return got
+    ir = kernel_ir(py)
+    allk = list(kinds) + ["int"] * len(ir.reads.hidden)
+    p = plan(ir, allk, [], backends.get("python"), effects=True)
+    fn = p.fn
+    geo = {s.key: q.id for s, q in zip(ir.reads.hidden, fn.params[ir.nargs:])}
+    bx, bdx, tx = geo.get("blockIdx.x"), geo.get("blockDim.x"), geo.get("threadIdx.x")
+    defs = {st.var.id: st.expr for blk in fn.iter_blocks() for st in blk.stmts if st.var is not None}
+
+    def ids(e):
+        return {getattr(a, "id", None) for a in e.args}
+    thread = set()
+    for v, e in defs.items():
+        if e.fn is operator.add and len(e.args) == 2 and tx in ids(e):
+            other = [a for a in e.args if getattr(a, "id", None) != tx]
+            m = defs.get(getattr(other[0], "id", None)) if other else None
+            if m is not None and m.fn is operator.mul and ids(m) == {bx, bdx} and None not in (bx, bdx):
+                thread.add(v)
+    out = []
+    for i, k in enumerate(kinds):
+        if not (is_array(k) and differentiable(k)) or not thread:
+            continue
+        root = p.aliases.find(fn.params[i].id)
+        ok = True
+        for blk in fn.iter_blocks():
+            for st in blk.stmts:
+                e = st.expr
+                if isinstance(e.fn, GetItem) and not isinstance(e.fn, SetItem) and e.args and \
+                        getattr(e.args[0], "id", None) in p.aliases.parent and \
+                        p.aliases.find(e.args[0].id) == root:
+                    if len(e.args) < 2 or getattr(e.args[1], "id", None) not in thread or \
+                            e.fn.spec[0] != "i":
+                        ok = False
+        if ok:
+            out.append(i)
+    _PRIVATE[key] = out
+    return out
+
+
 def build(kernel, kinds: Sequence[str], size: int,
-          staged: Tuple[Tuple[int, Tuple[int, ...]], ...] = ()) -> Built:
+          staged: Tuple[Tuple[int, Tuple[int, ...]], ...] = (),
+          private: Tuple[int, ...] = ()) -> Built:
     """The adjoint kernel of ``kernel`` for arguments of ``kinds``, with a per-thread tape of
     ``size`` items where unbounded; ``staged``: (parameter, shape) of the shared parameters
     whose shadows a block sums in shared memory before adding them into the global shadow
-    once per element."""
+    once per element; ``private``: parameters whose shadows take plain additions (each
+    thread reads only its own row: :func:`private_parameters`, for a 1-D launch)."""
     py = _py_function(kernel)
     backend = _KernelBackend(size)
-    key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged))
+    key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged), tuple(private))
     got = _BUILT.get(key)
     if got is not None:
         return got
@@ -573,7 +625,7 @@ def build(kernel, kinds: Sequence[str], size: int,
         backend.prepare()
         p = plan(ir, allk, floats, backend, effects=True)
         _refuse(p, name, ir.nargs)
-        atomic = [i for i in floats]
+        atomic = [i for i in floats if i not in private]
         shared = [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
                   if type(st.expr.fn) is SharedArray]
         sync = any(isinstance(st.expr.fn, SyncThreads) for blk in p.fn.iter_blocks()
@@ -655,6 +707,7 @@ def build(kernel, kinds: Sequence[str], size: int,
                 glob[n] = cuda.jit(device=True)(glob[n])
         got = Built(cuda.jit(raw), len(kinds), floats, checked, final, path)
         got.staged = [i for i, _ in staged]
+        got.private = list(private)
         _BUILT[key] = got
         return got
 
@@ -728,8 +781,14 @@ class KernelAdjoint:
             if 0 < nbytes <= room:
                 staged.append((i, tuple(int(d) for d in own[i].shape)))
                 room -= nbytes
+        private: Tuple[int, ...] = ()
+        if all(isinstance(c, int) or (isinstance(c, tuple) and len(c) == 1)
+               for c in config[:2]):
+            # a 1-D launch: a thread's row, indexed by cuda.grid(1), is its own
+            private = tuple(i for i in private_parameters(self.py, kinds)
+                            if i not in dict(staged))
         while True:
-            b = build(self.kernel, kinds, size, tuple(staged))
+            b = build(self.kernel, kinds, size, tuple(staged), private)
             full = []
             j = 0
             for i, a in enumerate(own):
