@@ -253,15 +253,22 @@ def _hooks() -> List[Tuple[type, str, Callable]]:
     from numba.cuda.dispatcher import CUDADispatcher
 
     def dev(orig):
-        def call(self, args, griddim, blockdim, *rest):
+        # numba's built-in target calls call(args, griddim, blockdim, stream, sharedmem);
+        # NVIDIA's numba-cuda calls call(args, launch_config)
+        def call(self, args, *rest):
             tape = _current()
             if tape is None:
-                return orig(self, args, griddim, blockdim, *rest)
-            stream = rest[0] if rest else 0
-            shared = rest[1] if len(rest) > 1 else 0
+                return orig(self, args, *rest)
+            if len(rest) == 1 and hasattr(rest[0], "griddim"):
+                lc = rest[0]
+                griddim, blockdim = lc.griddim, lc.blockdim
+                stream, shared = getattr(lc, "stream", 0), getattr(lc, "sharedmem", 0)
+            else:
+                griddim, blockdim = rest[0], rest[1]
+                stream = rest[2] if len(rest) > 2 else 0
+                shared = rest[3] if len(rest) > 3 else 0
             cfg = (griddim, blockdim) + ((stream, shared) if stream or shared else ())
-            return tape._record(self, cfg, tuple(args),
-                                lambda: orig(self, args, griddim, blockdim, *rest))
+            return tape._record(self, cfg, tuple(args), lambda: orig(self, args, *rest))
         return call
     return [(CUDADispatcher, "call", dev)]
 
