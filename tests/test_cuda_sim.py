@@ -645,6 +645,16 @@ def k_block_sum(x, w, out, n):
         cuda.atomic.add(out, 0, sh[0])
 
 
+SCALE = 2.0
+
+
+def k_global(x, y, n):
+    """Reads a module global, which the user may rebind between launches."""
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = SCALE * x[i] * x[i]
+
+
 def k_refused_sync(x, n):
     i = cuda.grid(1)
     if i < n:
@@ -824,6 +834,33 @@ def check_device_vjp():
         _close(drows[i], gr, 1e-6, f"private rows (plain): row {i}")
 
 
+def check_kernel_float32_and_globals():
+    """float32 arrays and shadows; a global the kernel reads, rebound between launches."""
+    import numpy as np
+    import zyg
+    global SCALE
+    rng = np.random.default_rng(8)
+    # float32: against the float64 adjoint (checked against differences elsewhere), to
+    # float32's precision (central differences in float32 are noise)
+    x, bar = rng.normal(size=20), rng.normal(size=20)
+    shadows = {}
+    for dt in (np.float32, np.float64):
+        dx, y, dy = np.zeros(20, dt), np.zeros(20, dt), bar.astype(dt)
+        zyg.vjp(cuda.jit(k_stencil))[2, 16](x.astype(dt), dx, y, dy, 20)
+        assert dx.dtype == dt
+        shadows[dt] = dx
+    _close(shadows[np.float32], shadows[np.float64], 1e-5, "float32 shadows")
+    dk = zyg.vjp(cuda.jit(k_global))
+    x = rng.normal(size=20)
+    for scale in (2.0, -3.0):
+        SCALE = scale
+        dx, y, dy = np.zeros(20), np.zeros(20), np.ones(20)
+        dk[2, 16](x, dx, y, dy, 20)
+        _close(dx, 2.0 * scale * x, 1e-12, f"global rebound to {scale}: gradient")
+        _close(y, scale * x * x, 1e-12, f"global rebound to {scale}: value")
+    SCALE = 2.0
+
+
 def check_kernel_refusals():
     import numpy as np
     import zyg
@@ -833,6 +870,19 @@ def check_kernel_refusals():
         assert "different paths" in str(e) and e.filename.endswith("test_cuda_sim.py"), str(e)
     else:
         raise AssertionError("a barrier in a branch was not refused")
+    x = np.ones(8)
+    try:
+        zyg.vjp(cuda.jit(k_map))[1, 8](x, np.zeros(8), x, np.zeros(8), 8)
+    except zyg.AliasedArguments as e:
+        assert "share memory" in str(e), str(e)
+    else:
+        raise AssertionError("the same array passed twice was not refused")
+    try:
+        zyg.vjp(cuda.jit(k_map))[1, 8](x, x, np.zeros(8), np.zeros(8), 8)
+    except zyg.AliasedArguments:
+        pass
+    else:
+        raise AssertionError("an array passed as its own shadow was not refused")
     try:
         zyg.vjp(3.0)
     except TypeError as e:
@@ -941,9 +991,9 @@ def ptx_vmap_kernels():
 
 
 def _atomic_add(ptx: str, space: str = "global") -> bool:
-    """A float64 atomic addition in ``ptx``: in ``space``, or through a generic address
+    """A float atomic addition in ``ptx``: in ``space``, or through a generic address
     (NVIDIA's numba-cuda emits ``atom.add.f64``, numba's built-in target ``atom.global``)."""
-    return bool(re.search(rf"\batom(\.{space})?\.add\.f64", ptx))
+    return bool(re.search(rf"\batom(\.{space})?\.add\.f(32|64)", ptx))
 
 
 def ptx_kernel_adjoints():
@@ -965,6 +1015,7 @@ def ptx_kernel_adjoints():
          (a2, a2, a2, a2, a1, a1, a1, a1, i8, i8, i8)),
         (k_shared_2d, ["f8[2]", "f8[2]", "int"], (a2, a2, a2, a2, i8)),
         (k_block_sum, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
+        (k_stencil, ["f4[1]", "f4[1]", "int"], (numba.float32[:],) * 4 + (i8,)),
     ]
     g = zyg.vjp(mix_nll, argnums=(0, 1), target="cuda")
     gp = zyg.vjp(row_energy, target="cuda", accumulate="plain")

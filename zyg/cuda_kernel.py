@@ -513,10 +513,10 @@ def shared_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
     the thread's position.  Their shadows are staged per block in shared memory
     (:func:`build`)."""
     key = (py, tuple(kinds))
-    got = _CANDIDATES.get(key)
-    if got is not None:
-        return got
     ir = kernel_ir(py)
+    got = _CANDIDATES.get(key)
+    if got is not None and got[0] is ir:
+        return got[1]
     allk = list(kinds) + ["int"] * len(ir.reads.hidden)
     p = plan(ir, allk, [], backends.get("python"), effects=True)
     fn = p.fn
@@ -542,7 +542,7 @@ def shared_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
                     ok = False
         if ok:
             out.append(i)
-    _CANDIDATES[key] = out
+    _CANDIDATES[key] = (ir, out)
     return out
 
 
@@ -555,10 +555,10 @@ def private_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
     threadIdx.x``), which no other thread of such a launch shares.  Their shadows take plain
     additions."""
     key = (py, tuple(kinds))
-    got = _PRIVATE.get(key)
-    if got is not None:
-        return got
     ir = kernel_ir(py)
+    got = _PRIVATE.get(key)
+    if got is not None and got[0] is ir:
+        return got[1]
     allk = list(kinds) + ["int"] * len(ir.reads.hidden)
     p = plan(ir, allk, [], backends.get("python"), effects=True)
     fn = p.fn
@@ -592,7 +592,7 @@ def private_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
                         ok = False
         if ok:
             out.append(i)
-    _PRIVATE[key] = out
+    _PRIVATE[key] = (ir, out)
     return out
 
 
@@ -608,13 +608,14 @@ def build(kernel, kinds: Sequence[str], size: int,
     backend = _KernelBackend(size)
     key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged), tuple(private))
     got = _BUILT.get(key)
-    if got is not None:
+    # the IR is rebuilt when a global the kernel reads was rebound: so is its adjoint
+    if got is not None and got.ir is kernel_ir(py):
         return got
     with LOAD_LOCK:
-        got = _BUILT.get(key)
-        if got is not None:
-            return got
         ir = kernel_ir(py)
+        got = _BUILT.get(key)
+        if got is not None and got.ir is ir:
+            return got
         name = ir.name
         if len(kinds) != ir.nargs:
             raise TypeError(f"kernel {name} takes {ir.nargs} arguments (besides the shadows) "
@@ -706,6 +707,7 @@ def build(kernel, kinds: Sequence[str], size: int,
             for n in names[:-1]:
                 glob[n] = cuda.jit(device=True)(glob[n])
         got = Built(cuda.jit(raw), len(kinds), floats, checked, final, path)
+        got.ir = ir
         got.staged = [i for i, _ in staged]
         got.private = list(private)
         _BUILT[key] = got
@@ -767,6 +769,7 @@ class KernelAdjoint:
                 k += 1
         if k != len(args):
             raise TypeError(f"{self.__name__}: {len(args) - k} arguments too many")
+        _distinct([a for a in own if _is_array(a)] + shadows, self.py)
         return own, shadows
 
     def launch(self, config, args) -> None:
@@ -822,6 +825,39 @@ class KernelAdjoint:
     @staticmethod
     def kernel_launch(b: Built, config, args) -> None:
         b.kernel[config](*args)
+
+
+def _extent(a) -> Tuple[str, int, int]:
+    """(memory space, first byte, one past the last byte) of an array's buffer."""
+    if isinstance(a, np.ndarray):
+        lo, hi = np.byte_bounds(a) if hasattr(np, "byte_bounds") else np.lib.array_utils.byte_bounds(a)
+        return "host", lo, hi
+    iface = getattr(a, "__cuda_array_interface__", None)
+    if iface is not None:
+        ptr = iface["data"][0]
+        n = int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+        return "device", ptr, ptr + n          # (a conservative extent for strided views)
+    host = getattr(a, "_ary", None)             # the simulator's device arrays
+    if isinstance(host, np.ndarray):
+        return _extent(host)
+    return "?", id(a), id(a) + 1
+
+
+def _distinct(arrays, py) -> None:
+    """Arrays and shadows of one launch must not share memory: the adjoint reads and writes
+    them as separate buffers (a kernel given the same array twice would get a wrong
+    gradient)."""
+    from .errors import AliasedArguments
+    ext = [_extent(a) for a in arrays]
+    for i in range(len(ext)):
+        for j in range(i + 1, len(ext)):
+            si, lo, hi = ext[i]
+            sj, lo2, hi2 = ext[j]
+            if si == sj and lo < hi2 and lo2 < hi:
+                raise AliasedArguments(
+                    f"the adjoint of {getattr(py, '__name__', 'the kernel')} was given arrays "
+                    "(or shadows) that share memory",
+                    hint="pass distinct arrays, and a separate zeroed shadow for each")
 
 
 def _copy(a):
@@ -893,13 +929,13 @@ def build_vjp(f: Callable, kinds: Sequence[str], wrt: Sequence[int], accumulate:
     backend = _KernelBackend(size, device_fn=True)
     key = ("vjp", py, tuple(kinds), tuple(wrt), accumulate, backend.key(), simulator())
     got = _BUILT.get(key)
-    if got is not None:
+    if got is not None and got.ir is kernel_ir(py):
         return got
     with LOAD_LOCK:
-        got = _BUILT.get(key)
-        if got is not None:
-            return got
         ir = kernel_ir(py)
+        got = _BUILT.get(key)
+        if got is not None and got.ir is ir:
+            return got
         name = ir.name
         if len(kinds) != ir.nargs:
             raise TypeError(f"{name}() takes {ir.nargs} arguments (besides the shadows and the "
@@ -968,6 +1004,7 @@ def build_vjp(f: Callable, kinds: Sequence[str], wrt: Sequence[int], accumulate:
                 glob[n] = cuda.jit(device=True)(glob[n])
             raw = cuda.jit(device=True)(raw)
         got = _VjpBuilt(raw, run_code is not None, path)
+        got.ir = ir
         _BUILT[key] = got
         return got
 
