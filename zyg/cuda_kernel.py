@@ -131,11 +131,7 @@ class SharedArray(Prim):
 
     def shadow_src(self, em, n: str, d: str) -> List[str]:
         size = int(np.prod(self.shape))
-        if len(self.shape) == 1:
-            idx = "_zk"
-        else:
-            strides = [int(np.prod(self.shape[k + 1:])) for k in range(len(self.shape))]
-            idx = ", ".join(f"(_zk // {st}) % {dim}" for st, dim in zip(strides, self.shape))
+        idx = _flat_index(self.shape, "_zk")
         return [f"{d} = cuda.shared.array({self._shape()}, {self._type(em)})",
                 "_zk = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + "
                 "cuda.blockDim.y * cuda.threadIdx.z)",
@@ -161,11 +157,7 @@ class LocalArray(SharedArray):
 
     def shadow_src(self, em, n: str, d: str) -> List[str]:
         size = int(np.prod(self.shape))
-        if len(self.shape) == 1:
-            idx = "_zk"
-        else:
-            strides = [int(np.prod(self.shape[k + 1:])) for k in range(len(self.shape))]
-            idx = ", ".join(f"(_zk // {st}) % {dim}" for st, dim in zip(strides, self.shape))
+        idx = _flat_index(self.shape, "_zk")
         return [f"{d} = cuda.local.array({self._shape()}, {self._type(em)})",
                 f"for _zk in range({size}):",
                 f"    {d}[{idx}] = 0"]
@@ -714,12 +706,12 @@ def build(kernel, kinds: Sequence[str], size: int,
         return got
 
 
-def _flat_index(shape: Tuple[int, ...]) -> str:
-    """The index of flat position ``_k`` in an array of ``shape`` (C order)."""
+def _flat_index(shape: Tuple[int, ...], k: str = "_k") -> str:
+    """The index of flat position ``k`` in an array of ``shape`` (C order)."""
     if len(shape) == 1:
-        return "_k"
-    strides = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
-    return ", ".join(f"(_k // {st}) % {dim}" for st, dim in zip(strides, shape))
+        return k
+    strides = [int(np.prod(shape[j + 1:])) for j in range(len(shape))]
+    return ", ".join(f"({k} // {st}) % {dim}" for st, dim in zip(strides, shape))
 
 
 # -- launching ----------------------------------------------------------------------------
