@@ -599,15 +599,14 @@ def build(kernel, kinds: Sequence[str], size: int,
     py = _py_function(kernel)
     backend = _KernelBackend(size)
     key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged), tuple(private))
-    got = _BUILT.get(key)
-    # the IR is rebuilt when a global the kernel reads was rebound: so is its adjoint
-    if got is not None and got.ir is kernel_ir(py):
+    got = _cached(key, py)
+    if got is not None:
         return got
     with LOAD_LOCK:
-        ir = kernel_ir(py)
-        got = _BUILT.get(key)
-        if got is not None and got.ir is ir:
+        got = _cached(key, py)
+        if got is not None:
             return got
+        ir = kernel_ir(py)
         name = ir.name
         if len(kinds) != ir.nargs:
             raise TypeError(f"kernel {name} takes {ir.nargs} arguments (besides the shadows) "
@@ -615,36 +614,14 @@ def build(kernel, kinds: Sequence[str], size: int,
         geo = [s.key for s in ir.reads.hidden]
         allk = list(kinds) + ["int"] * len(geo)
         floats = [i for i, k in enumerate(kinds) if is_array(k) and differentiable(k)]
-        backend.prepare()
-        p = plan(ir, allk, floats, backend, effects=True)
-        _refuse(p, name, ir.nargs)
-        atomic = [i for i in floats if i not in private]
-        shared = [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
-                  if type(st.expr.fn) is SharedArray]
-        sync = any(isinstance(st.expr.fn, SyncThreads) for blk in p.fn.iter_blocks()
+        sync = any(isinstance(st.expr.fn, SyncThreads) for blk in ir.iter_blocks()
                    for st in blk.stmts)
-        p.keep_final = True
         stem = _ident(name) + "_adj"
-        code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic, shared, sync)
-        final = False
-        run_code = None
-        if rewound:
-            # a write the adjoint rewinds: rewind them all, then run the primal again
-            p = plan(ir, allk, floats, backend, effects=True)
-            shared = [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
-                      if type(st.expr.fn) is SharedArray]
-            code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared, sync)
-            p0 = plan(ir, allk, [], backend, effects=True)
-            run_code, ns0 = emit_plain(p0, stem + "_run", skip_atomic=True)
-            ns.ns.update(ns0.ns)
-            final = True
+        code, ns, stacks, run_code = _emit(
+            ir, allk, floats, backend, stem, [i for i in floats if i not in private],
+            lambda p: _refuse(p, name, ir.nargs), effects=True, sync=sync)
         checked = bool(stacks)
-        params = [f"a{i}" for i in range(len(kinds))]
-        full = []
-        for i in range(len(kinds)):
-            full.append(f"a{i}")
-            if i in floats:
-                full.append(f"d{i}")
+        params, full = _interleaved(len(kinds), floats)
         geo_src = [f"cuda.{g}" for g in geo]
         head = full + (["_status"] if checked else [])
         lines = [f"def {stem}({', '.join(head)}):"]
@@ -680,30 +657,81 @@ def build(kernel, kinds: Sequence[str], size: int,
                 lines.append(f"        cuda.atomic.add(d{i}, {idx if len(shape) == 1 else '(' + idx + ')'}, "
                              f"_s{i}[{idx}])")
                 lines.append("        _k += _nt")
-        if final:
-            lines.append(f"    {stem}_run({', '.join(params + geo_src)})")
-        whole = Code()
-        whole.extend(code)
         if run_code is not None:
-            whole.add(0, "")
-            whole.extend(run_code)
-        whole.add(0, "")
-        for ln in lines:
-            whole.add(0, ln)
-        names = [stem + "_step"] + ([stem + "_run"] if final else []) + [stem]
-        loaded, path, _ = backend.load(whole, ns.ns, names, stem)
-        cuda = cuda_module()
-        raw = loaded[-1]
-        glob = raw.__globals__
-        if not simulator():
-            for n in names[:-1]:
-                glob[n] = cuda.jit(device=True)(glob[n])
-        got = Built(cuda.jit(raw), len(kinds), floats, checked, final, path)
+            lines.append(f"    {stem}_run({', '.join(params + geo_src)})")
+        raw, path = _load(backend, stem, code, run_code, lines, ns)
+        got = Built(cuda_module().jit(raw), len(kinds), floats, checked, run_code is not None,
+                    path)
         got.ir = ir
         got.staged = [i for i, _ in staged]
         got.private = list(private)
         _BUILT[key] = got
         return got
+
+
+def _cached(key, py):
+    """A generated adjoint, unless a global its kernel reads was rebound since (its IR is
+    rebuilt then, and so is the adjoint)."""
+    got = _BUILT.get(key)
+    return got if got is not None and got.ir is kernel_ir(py) else None
+
+
+def _interleaved(n: int, wrt: Sequence[int]) -> Tuple[List[str], List[str]]:
+    """The argument names ``a<i>``, and the same with a shadow ``d<i>`` after each of ``wrt``."""
+    params, full = [], []
+    for i in range(n):
+        params.append(f"a{i}")
+        full.append(f"a{i}")
+        if i in wrt:
+            full.append(f"d{i}")
+    return params, full
+
+
+def _emit(ir, allk, wrt, backend, stem: str, atomic, check, effects: bool, sync: bool = False,
+          value: bool = False):
+    """One thread's step (``<stem>_step``) and, where it rewinds writes, the primal it runs
+    again (``<stem>_run``): (code, namespace, stacks, code of the run or None).  ``check``
+    sees the first plan (refusals at the user's line)."""
+    def shared_of(p):
+        return [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
+                if type(st.expr.fn) is SharedArray]
+    p = plan(ir, allk, list(wrt), backend, effects=effects)
+    check(p)
+    p.keep_final = True
+    code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync,
+                                                 value)
+    if not rewound:
+        return code, ns, stacks, None
+    # a write the adjoint rewinds: rewind them all, then run the primal again
+    p = plan(ir, allk, list(wrt), backend, effects=effects)
+    code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync, value)
+    p0 = plan(ir, allk, [], backend, effects=effects)
+    run_code, ns0 = emit_plain(p0, stem + "_run", skip_atomic=True)
+    ns.ns.update(ns0.ns)
+    return code, ns, stacks, run_code
+
+
+def _load(backend, stem: str, code, run_code, lines: List[str], ns):
+    """Load the step, the run and the entry ``stem`` (``lines``) as one module; on a device
+    the step and the run become device functions.  Returns the entry's Python function and
+    the module's path."""
+    whole = Code()
+    whole.extend(code)
+    if run_code is not None:
+        whole.add(0, "")
+        whole.extend(run_code)
+    whole.add(0, "")
+    for ln in lines:
+        whole.add(0, ln)
+    names = [stem + "_step"] + ([stem + "_run"] if run_code is not None else []) + [stem]
+    loaded, path, _ = backend.load(whole, ns.ns, names, stem)
+    raw = loaded[-1]
+    if not simulator():
+        cuda = cuda_module()
+        glob = raw.__globals__
+        for n in names[:-1]:
+            glob[n] = cuda.jit(device=True)(glob[n])
+    return raw, path
 
 
 def _flat_index(shape: Tuple[int, ...], k: str = "_k") -> str:
@@ -920,14 +948,14 @@ def build_vjp(f: Callable, kinds: Sequence[str], wrt: Sequence[int], accumulate:
     py = unwrap(f)
     backend = _KernelBackend(size, device_fn=True)
     key = ("vjp", py, tuple(kinds), tuple(wrt), accumulate, backend.key(), simulator())
-    got = _BUILT.get(key)
-    if got is not None and got.ir is kernel_ir(py):
+    got = _cached(key, py)
+    if got is not None:
         return got
     with LOAD_LOCK:
-        ir = kernel_ir(py)
-        got = _BUILT.get(key)
-        if got is not None and got.ir is ir:
+        got = _cached(key, py)
+        if got is not None:
             return got
+        ir = kernel_ir(py)
         name = ir.name
         if len(kinds) != ir.nargs:
             raise TypeError(f"{name}() takes {ir.nargs} arguments (besides the shadows and the "
@@ -940,61 +968,36 @@ def build_vjp(f: Callable, kinds: Sequence[str], wrt: Sequence[int], accumulate:
                                                           "numbers")
         geo = [s.key for s in ir.reads.hidden]
         allk = list(kinds) + ["int"] * len(geo)
-        backend.prepare()
-        p = plan(ir, allk, list(wrt), backend)
-        for blk in p.fn.iter_blocks():
-            for st in blk.stmts:
-                if type(st.expr.fn) in (SharedArray, SyncThreads):
-                    loc = st.loc
-                    raise UnsupportedSyntax(
-                        f"{name}: {callee_name(st.expr.fn)} in a device function's "
-                        "vector-Jacobian product is not supported (write it in the kernel and "
-                        "differentiate the kernel: zyg.vjp(kernel))",
-                        loc.filename if loc else None, loc.lineno if loc else None)
-        _refuse(p, name, ir.nargs)
-        if p.ret_kind != "float":
-            raise TypeMismatch(f"{name} ({ir.filename}:{ir.firstlineno}) returns "
-                               f"{p.ret_kind}; its vector-Jacobian product needs a real scalar")
-        atomic = list(wrt) if accumulate == "atomic" else []
-        p.keep_final = True
+
+        def check(p):
+            for blk in p.fn.iter_blocks():
+                for st in blk.stmts:
+                    if type(st.expr.fn) in (SharedArray, SyncThreads):
+                        loc = st.loc
+                        raise UnsupportedSyntax(
+                            f"{name}: {callee_name(st.expr.fn)} in a device function's "
+                            "vector-Jacobian product is not supported (write it in the kernel "
+                            "and differentiate the kernel: zyg.vjp(kernel))",
+                            loc.filename if loc else None, loc.lineno if loc else None)
+            _refuse(p, name, ir.nargs)
+            if p.ret_kind != "float":
+                raise TypeMismatch(f"{name} ({ir.filename}:{ir.firstlineno}) returns "
+                                   f"{p.ret_kind}; its vector-Jacobian product needs a real "
+                                   "scalar")
         stem = _ident(name.replace("<lambda>", "lambda")) + "_vjp"
-        code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic, value=True)
-        run_code = None
-        if rewound:
-            p = plan(ir, allk, list(wrt), backend)
-            code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, value=True)
-            p0 = plan(ir, allk, [], backend)
-            run_code, ns0 = emit_plain(p0, stem + "_run")
-            ns.ns.update(ns0.ns)
-        params = [f"a{i}" for i in range(len(kinds))]
-        full = []
-        for i in range(len(kinds)):
-            full.append(f"a{i}")
-            if i in wrt:
-                full.append(f"d{i}")
+        code, ns, stacks, run_code = _emit(
+            ir, allk, wrt, backend, stem, list(wrt) if accumulate == "atomic" else [], check,
+            effects=False, value=True)
+        params, full = _interleaved(len(kinds), wrt)
         geo_src = [f"cuda.{g}" for g in geo]
         lines = [f"def {stem}({', '.join(full + ['dy'])}):",
                  f"    _v = {stem}_step({', '.join(params + geo_src + [f'd{i}' for i in wrt] + ['dy'])})"]
         if run_code is not None:
             lines.append(f"    {stem}_run({', '.join(params + geo_src)})")
         lines.append("    return _v")
-        whole = Code()
-        whole.extend(code)
-        if run_code is not None:
-            whole.add(0, "")
-            whole.extend(run_code)
-        whole.add(0, "")
-        for ln in lines:
-            whole.add(0, ln)
-        names = [stem + "_step"] + ([stem + "_run"] if run_code is not None else []) + [stem]
-        loaded, path, _ = backend.load(whole, ns.ns, names, stem)
-        raw = loaded[-1]
+        raw, path = _load(backend, stem, code, run_code, lines, ns)
         if not simulator():
-            cuda = cuda_module()
-            glob = raw.__globals__
-            for n in names[:-1]:
-                glob[n] = cuda.jit(device=True)(glob[n])
-            raw = cuda.jit(device=True)(raw)
+            raw = cuda_module().jit(device=True)(raw)
         got = _VjpBuilt(raw, run_code is not None, path)
         got.ir = ir
         _BUILT[key] = got
