@@ -266,11 +266,15 @@ def _other_processes_wait(dispatcher):
         return
     from numba.core.compiler_lock import global_compiler_lock
     with global_compiler_lock:
+        if path in _HELD:            # this process holds it (a nested compile of the module)
+            yield
+            return
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError:
             yield
             return
+        _HELD.add(path)
         try:
             deadline = time.monotonic() + COMPILE_WAIT
             while True:
@@ -283,7 +287,11 @@ def _other_processes_wait(dispatcher):
                     time.sleep(0.05)
             yield
         finally:
+            _HELD.discard(path)
             os.close(fd)        # releases the lock
+
+
+_HELD: set = set()      # lock files this process holds (under numba's compiler lock)
 
 
 def _compile_for_types(dispatcher, sig: tuple) -> None:
