@@ -186,6 +186,11 @@ def natives(jit, options: str) -> Dict[int, Any]:
 def pins_process(obj: Any) -> bool:
     """Compiled code calling ``obj`` holds addresses of this process (numba-mpi's ctypes
     calls and handle addresses): it is compiled in every process, never cached."""
+    import types
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__.startswith("numba_mpi")
     fn = getattr(obj, "py_func", obj)
     mod = getattr(fn, "__module__", None) or ""
+    if not isinstance(mod, str):
+        return False
     return mod.startswith("numba_mpi") or mod == "zyg.tasks.mpi"
