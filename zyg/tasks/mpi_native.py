@@ -14,10 +14,10 @@ later process, is linked to that process's library and handles.  The width of a 
 functions' names, and so of the fingerprint of every generated module that calls them
 (``zyg/compile.py``): code built for one ABI never links against another.
 
-Only the calls of the halo exchange and of rank / size are here (``sendrecv_`` and its
-adjoint ``sendrecv_back``, ``numba_mpi.rank``, ``numba_mpi.size``); code calling any
-other MPI primitive keeps numba-mpi's calls and is compiled in every process
-(:func:`pins_process`).
+The blocking calls are here (zyg's primitives of ``allreduce``, ``bcast``, ``reduce``,
+``send``, ``recv``, ``sendrecv`` and their reverses, and ``numba_mpi.rank`` / ``size``);
+code calling the non-blocking ones (handles holding MPI requests) or any other numba-mpi
+function keeps numba-mpi's calls and is compiled in every process (:func:`pins_process`).
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ def setup() -> Optional[int]:
         if llvm.address_of_symbol("MPI_Sendrecv") is None:
             return None
         llvm.add_symbol(f"zyg_mpi_h{bits}_comm_world", MPI._addressof(MPI.COMM_WORLD))
+        llvm.add_symbol(f"zyg_mpi_h{bits}_op_sum", MPI._addressof(MPI.SUM))
         for name, attr in _DTYPES.items():
             llvm.add_symbol(f"zyg_mpi_h{bits}_{name}", MPI._addressof(getattr(MPI, attr)))
     except Exception:
@@ -105,6 +106,93 @@ def _build(bits: int) -> Dict[str, Any]:
                                      handle(builder, "comm_world"), st])
         return nt.int32(send, dest, sendtag, recv, source, recvtag, status), codegen
 
+    def emit(context, builder, sig, args, fname, layout):
+        """Call ``fname`` with the operands ``layout`` names: ("buf", i) the data of array
+        argument i, ("count", i) its size, ("dtype", i) its MPI datatype, ("int", i)
+        argument i as an int, ("sum",) MPI_SUM, ("comm",) MPI_COMM_WORLD."""
+        vals, tys = [], []
+        for item in layout:
+            what = item[0]
+            if what == "buf":
+                vals.append(buffer(context, builder, sig.args[item[1]], args[item[1]])[0])
+                tys.append(i8p)
+            elif what == "count":
+                vals.append(buffer(context, builder, sig.args[item[1]], args[item[1]])[1])
+                tys.append(i32)
+            elif what == "dtype":
+                vals.append(handle(builder, dtype_name(sig.args[item[1]])))
+                tys.append(hty)
+            elif what == "int":
+                vals.append(context.cast(builder, args[item[1]], sig.args[item[1]], nt.int32))
+                tys.append(i32)
+            elif what == "sum":
+                vals.append(handle(builder, "op_sum"))
+                tys.append(hty)
+            else:
+                vals.append(handle(builder, "comm_world"))
+                tys.append(hty)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, tys), fname)
+        return builder.call(fn, vals)
+
+    def arrays_ok(*arrs):
+        return all(isinstance(a, nt.Array) and a.layout == "C" and dtype_name(a) is not None
+                   for a in arrs)
+
+    def ints_ok(*xs):
+        return all(isinstance(a, nt.Integer) for a in xs)
+
+    @intrinsic
+    def c_allreduce(typingctx, send, recv):
+        if not arrays_ok(send, recv):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return emit(context, builder, sig, args, "MPI_Allreduce",
+                        [("buf", 0), ("buf", 1), ("count", 0), ("dtype", 0), ("sum",), ("comm",)])
+        return nt.int32(send, recv), codegen
+
+    @intrinsic
+    def c_bcast(typingctx, buf, root):
+        if not arrays_ok(buf) or not ints_ok(root):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return emit(context, builder, sig, args, "MPI_Bcast",
+                        [("buf", 0), ("count", 0), ("dtype", 0), ("int", 1), ("comm",)])
+        return nt.int32(buf, root), codegen
+
+    @intrinsic
+    def c_reduce(typingctx, send, recv, root):
+        if not arrays_ok(send, recv) or not ints_ok(root):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return emit(context, builder, sig, args, "MPI_Reduce",
+                        [("buf", 0), ("buf", 1), ("count", 0), ("dtype", 0), ("sum",), ("int", 2),
+                         ("comm",)])
+        return nt.int32(send, recv, root), codegen
+
+    @intrinsic
+    def c_send(typingctx, buf, dest, tag):
+        if not arrays_ok(buf) or not ints_ok(dest, tag):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return emit(context, builder, sig, args, "MPI_Send",
+                        [("buf", 0), ("count", 0), ("dtype", 0), ("int", 1), ("int", 2), ("comm",)])
+        return nt.int32(buf, dest, tag), codegen
+
+    @intrinsic
+    def c_recv(typingctx, buf, source, tag, status):
+        if not arrays_ok(buf) or not ints_ok(source, tag) or not isinstance(status, nt.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return emit(context, builder, sig, args, "MPI_Recv",
+                        [("buf", 0), ("count", 0), ("dtype", 0), ("int", 1), ("int", 2), ("comm",),
+                         ("buf", 3)])
+        return nt.int32(buf, source, tag, status), codegen
+
     def comm_query(fname):
         @intrinsic
         def query(typingctx):
@@ -121,14 +209,15 @@ def _build(bits: int) -> Dict[str, Any]:
         return query
 
     return {"c_sendrecv": c_sendrecv, "c_rank": comm_query("MPI_Comm_rank"),
-            "c_size": comm_query("MPI_Comm_size")}
+            "c_size": comm_query("MPI_Comm_size"), "c_allreduce": c_allreduce,
+            "c_bcast": c_bcast, "c_reduce": c_reduce, "c_send": c_send, "c_recv": c_recv}
 
 
 # the Python sources of the compiled versions (compiled with the intrinsics as globals);
 # their names carry the handle width (the fingerprint of generated code names them)
 
 _SRC = '''
-def sendrecv_{tag}(x, dest, like, source, sendtag, recvtag):
+def sendrecv__{tag}(x, dest, like, source, sendtag, recvtag):
     if source < 0:
         raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
     out = np.empty_like(np.ascontiguousarray(like))
@@ -145,6 +234,72 @@ def sendrecv_back_{tag}(dy, source, like, dest, sendtag, recvtag):
     status = np.empty(STATUS_INTS, np.intc)
     c_sendrecv(send, source, t, out, dest, sendtag, status)
     return out
+
+
+def allreduce_sum_{tag}(x):
+    a = np.ascontiguousarray(np.atleast_1d(np.asarray(x)))
+    out = np.empty_like(a)
+    c_allreduce(a, out)
+    return out
+
+
+def bcast_from_{tag}(x, root):
+    out = np.ascontiguousarray(x).copy()
+    c_bcast(out, root)
+    return out
+
+
+def reduce_sum_{tag}(x, old, root):
+    a = np.ascontiguousarray(np.atleast_1d(np.asarray(x)))
+    out = np.ascontiguousarray(old).copy()
+    c_reduce(a, out, root)
+    return out
+
+
+def send_to_{tag}(x, dest, tag):
+    return c_send(np.ascontiguousarray(x), dest, tag)
+
+
+def recv_from_{tag}(like, source, tag):
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    out = np.empty_like(np.ascontiguousarray(like))
+    status = np.empty(STATUS_INTS, np.intc)
+    c_recv(out, source, tag, status)
+    return out
+
+
+def bcast_back_{tag}(dy, root):
+    d = np.ascontiguousarray(dy)
+    out = np.zeros_like(d)
+    c_reduce(d, out, root)
+    if c_rank() != root:
+        out[...] = 0.0
+    return out
+
+
+def reduce_back_{tag}(dy, root):
+    out = np.ascontiguousarray(dy).copy()
+    c_bcast(out, root)
+    return out
+
+
+def reduce_keep_{tag}(dy, root):
+    if c_rank() == root:
+        return np.zeros_like(dy)
+    return dy.copy()
+
+
+def send_back_{tag}(like, dest, tag):
+    out = np.empty_like(np.ascontiguousarray(like))
+    status = np.empty(STATUS_INTS, np.intc)
+    c_recv(out, dest, tag, status)
+    return out
+
+
+def recv_back_{tag}(dy, source, tag):
+    t = 0 if tag < 0 else tag
+    return c_send(np.ascontiguousarray(dy), source, t)
 
 
 def rank_{tag}():
@@ -173,8 +328,10 @@ def natives(jit, options: str) -> Dict[int, Any]:
     glob: Dict[str, Any] = {"np": np, "STATUS_INTS": _STATUS_INTS, "__name__": __name__}
     glob.update(_build(bits))
     exec(compile(_SRC.format(tag=tag), f"<zyg mpi natives {tag}>", "exec"), glob)
-    got = {id(mpi.sendrecv_): jit(glob[f"sendrecv_{tag}"]),
-           id(mpi.sendrecv_back): jit(glob[f"sendrecv_back_{tag}"])}
+    got = {id(getattr(mpi, name)): jit(glob[f"{name}_{tag}"])
+           for name in ("sendrecv_", "sendrecv_back", "allreduce_sum", "bcast_from", "reduce_sum",
+                        "send_to", "recv_from", "bcast_back", "reduce_back", "reduce_keep",
+                        "send_back", "recv_back")}
     for name in ("rank", "size"):
         f = getattr(numba_mpi, name, None)
         if f is not None:
@@ -194,3 +351,7 @@ def pins_process(obj: Any) -> bool:
     if not isinstance(mod, str):
         return False
     return mod.startswith("numba_mpi") or mod == "zyg.tasks.mpi"
+
+
+# (the functions of zyg.tasks.mpi that natives() replaces never reach pins_process on cpu:
+# generated code refers to the replacements)
