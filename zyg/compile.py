@@ -274,9 +274,13 @@ def _other_processes_wait(dispatcher):
         except OSError:
             yield
             return
+        # inside another module's compile (this process holds its lock) nobody waits: two
+        # processes each holding one module's lock and compiling the other's as a callee
+        # would otherwise wait for each other until COMPILE_WAIT
+        nested = bool(_HELD)
         _HELD.add(path)
         try:
-            deadline = time.monotonic() + COMPILE_WAIT
+            deadline = time.monotonic() + (0.0 if nested else COMPILE_WAIT)
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
