@@ -31,9 +31,13 @@ from ..compile import LOAD_LOCK, fingerprint, ns_signature, write_source
 from ..version import __version__
 
 
+#: predicates telling that a value in a generated module's namespace ties its machine code
+#: to this process (MPI handles read through numba-mpi): filled by ``zyg/tasks/mpi_native.py``
+PROCESS_PINNED: List[Callable[[Any], bool]] = []
+
+
 def _pins_process(v: Any) -> bool:
-    from ..tasks.mpi_native import pins_process
-    return pins_process(v)
+    return any(p(v) for p in PROCESS_PINNED)
 
 
 class Backend:

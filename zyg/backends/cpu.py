@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import sys
 import types
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -137,6 +137,11 @@ def generated_pipeline():
     return _PIPELINE
 
 
+#: providers of compiled replacements of helpers, ``natives(jit, options) -> {id(helper):
+#: replacement}``: filled by ``zyg/tasks/mpi_native.py`` (a layer above) once numba-mpi is in use
+NATIVE_HELPERS: List[Callable[..., Dict[int, Any]]] = []
+
+
 class CpuBackend(Backend):
     name = "cpu"
     compiled = True
@@ -186,10 +191,9 @@ class CpuBackend(Backend):
         subst = self._substitutes()
         if id(obj) in subst:
             return subst[id(obj)]
-        if "numba_mpi" in sys.modules:
+        for natives in NATIVE_HELPERS:
             # MPI calls by symbol name: code calling them can be cached (tasks/mpi_native.py)
-            from ..tasks import mpi_native
-            native = mpi_native.natives(self.jit, self.tag()).get(id(obj))
+            native = natives(self.jit, self.tag()).get(id(obj))
             if native is not None:
                 return native
         if _plain_function(obj):

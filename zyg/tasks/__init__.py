@@ -10,8 +10,8 @@
 * MPI: calls of numba-mpi inside differentiated code are reversed (:mod:`zyg.tasks.mpi`,
   docs/parallel.md).
 """
-from . import mpi, pickling, prange
+from . import mpi, mpi_native, pickling, prange
 
 pickling.install()
 
-__all__ = ["mpi", "pickling", "prange"]
+__all__ = ["mpi", "mpi_native", "pickling", "prange"]

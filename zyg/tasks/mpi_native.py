@@ -26,6 +26,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from ..backends import base as _backend_base, cpu as _backend_cpu
+
 _STATE: Dict[str, Any] = {}
 
 # numpy dtype -> the mpi4py datatype's attribute name
@@ -355,3 +357,14 @@ def pins_process(obj: Any) -> bool:
 
 # (the functions of zyg.tasks.mpi that natives() replaces never reach pins_process on cpu:
 # generated code refers to the replacements)
+
+
+def _natives_in_use(jit, options: str) -> Dict[int, Any]:
+    # only once differentiated code calls numba-mpi (setting MPI up starts it)
+    import sys
+    return natives(jit, options) if "numba_mpi" in sys.modules else {}
+
+
+# the back ends (a layer below) consult these
+_backend_base.PROCESS_PINNED.append(pins_process)
+_backend_cpu.NATIVE_HELPERS.append(_natives_in_use)
