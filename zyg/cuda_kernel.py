@@ -823,8 +823,11 @@ class KernelAdjoint:
                 self.kernel_launch(b, config, full)
                 return
             if saved is None:
-                # a tape that may overflow: what the launch changes is saved, to launch again
-                saved = [(a, _copy(a)) for a in full if _is_array(a)]
+                # a tape that may overflow: what the launch changes (the arrays the kernel
+                # writes, the shadows) is saved, on the device, to launch again
+                written = _written_params(self.py)
+                saved = [(a, _copy(a)) for i, a in enumerate(own)
+                         if _is_array(a) and i in written] + [(d, _copy(d)) for d in shadows]
             status = cuda.to_device(np.zeros(1, np.int64))
             self.kernel_launch(b, config, full + [status])
             need = int(status.copy_to_host()[0])
@@ -880,9 +883,41 @@ def _distinct(arrays, py) -> None:
                     hint="pass distinct arrays, and a separate zeroed shadow for each")
 
 
+def _written_params(py) -> set:
+    """The parameters kernel ``py`` writes into (element writes and atomic additions, through
+    block arguments too), from its SSA."""
+    ir = kernel_ir(py)
+    params = {q.id: k for k, q in enumerate(ir.params[:ir.nargs])}
+    alias = dict(params)
+    changed = True
+    while changed:
+        changed = False
+        for blk in ir.iter_blocks():
+            for target, args in blk.term.successors():
+                for q, a in zip(ir.blocks[target].params, args):
+                    k = alias.get(getattr(a, "id", None))
+                    if k is not None and q.id not in alias:
+                        alias[q.id] = k
+                        changed = True
+    out = set()
+    for blk in ir.iter_blocks():
+        for st in blk.stmts:
+            if isinstance(st.expr.fn, SetItem):
+                k = alias.get(getattr(st.expr.args[0], "id", None))
+                if k is None:
+                    return set(range(ir.nargs))      # a write zyg cannot place: save all
+                out.add(k)
+    return out
+
+
 def _copy(a):
+    """A copy of ``a`` where it lives (device arrays stay on the device)."""
     if isinstance(a, np.ndarray):
         return a.copy()
+    if hasattr(a, "copy_to_device") and not simulator():
+        c = cuda_module().device_array_like(a)
+        c.copy_to_device(a)
+        return c
     return a.copy_to_host()
 
 
