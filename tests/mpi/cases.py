@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import numba_mpi as mpi
+from mpi4py import MPI
 
 import zyg
 
@@ -406,9 +407,50 @@ def case_nonblocking():
         yield t
 
 
+# -- 9. the heat ring through mpi4py's buffer calls of COMM_WORLD (Sendrecv, Allreduce) ------
+
+def heat_mpi4py(u0, steps):
+    comm = MPI.COMM_WORLD
+    m = u0.shape[0]
+    left, right = (comm.Get_rank() - 1) % comm.Get_size(), (comm.Get_rank() + 1) % comm.Get_size()
+    u = np.zeros(m + 2)
+    u[1:m + 1] = u0
+    gl = np.zeros(1)
+    gr = np.zeros(1)
+    for t in range(steps):
+        comm.Sendrecv(u[m:m + 1], right, 1, gl, left, 1)
+        comm.Sendrecv(u[1:2], left, 2, gr, right, 2)
+        u[0] = gl[0]
+        u[m + 1] = gr[0]
+        new = u[1:m + 1] + ALPHA * (u[0:m] - 2.0 * u[1:m + 1] + u[2:m + 2])
+        u[1:m + 1] = np.sin(new)
+    local = np.array([np.sum(u[1:m + 1] ** 2)])
+    total = np.zeros(1)
+    comm.Allreduce(local, total, op=MPI.SUM)
+    return total[0]
+
+
+def case_mpi4py():
+    m = 4
+    rng = np.random.default_rng(9)
+    full = rng.standard_normal(m * SIZE)
+    mine = full[RANK * m:(RANK + 1) * m].copy()
+    g_serial = fd_grad(lambda v: heat_serial(v, 3), full)
+    # the program itself, run by mpi4py
+    close(heat_mpi4py(mine.copy(), 3), heat_serial(full, 3), "mpi4py program's value")
+    for t in TARGETS:
+        v, g = zyg.value_and_grad(heat_mpi4py, target=t)(mine, 3)
+        close(v, heat_serial(full, 3), f"mpi4py value ({t})")
+        # every rank's output is the total: each rank gets SIZE times its own part
+        place = np.zeros(m * SIZE)
+        place[RANK * m:(RANK + 1) * m] = g
+        close(sum_over_ranks(place), SIZE * g_serial, f"mpi4py gradient ({t})", 1e-6, 1e-8)
+        yield t
+
+
 CASES = {"allreduce": case_allreduce, "heat": case_heat, "bcast_reduce": case_bcast_reduce,
          "ring": case_ring, "tags": case_tags, "inactive": case_inactive,
-         "forward": case_forward, "nonblocking": case_nonblocking}
+         "forward": case_forward, "nonblocking": case_nonblocking, "mpi4py": case_mpi4py}
 
 if __name__ == "__main__":
     zyg.set_compile_notice(0)

@@ -460,12 +460,88 @@ def _known(low, node) -> Any:
     return None
 
 
-def _lower_mpi(low, fn, node, hint: str):
-    """``numba_mpi.allreduce(x, r)`` and the others: a write of a communicating primitive's
-    value (this module's docstring)."""
-    name = _mpi_name(fn)
-    if name is None:
+#: mpi4py's buffer methods of COMM_WORLD -> (numba-mpi's function, its parameter names in
+#: mpi4py's order); the same primitives reverse them
+_MPI4PY = {
+    "Allreduce": ("allreduce", ("sendobj", "recvobj", "operator")),
+    "Bcast": ("bcast", ("data", "root")),
+    "Reduce": ("reduce", ("sendobj", "recvobj", "operator", "root")),
+    "Send": ("send", ("data", "dest", "tag")),
+    "Recv": ("recv", ("data", "source", "tag", "status")),
+    "Sendrecv": ("sendrecv", ("senddata", "dest", "sendtag", "recvdata", "source", "recvtag",
+                              "status")),
+    "Get_rank": ("rank", ()), "Get_size": ("size", ()), "Barrier": ("barrier", ()),
+}
+
+
+def _mpi4py_call(low, fn, node):
+    """``MPI.COMM_WORLD.Allreduce(x, r, op=MPI.SUM)`` and the others: (numba-mpi's name of
+    the call, its arguments by numba-mpi's parameter names), or None for anything else."""
+    comm = getattr(fn, "__self__", None)
+    if comm is None or not (type(comm).__module__ or "").startswith("mpi4py"):
         return None
+    what = f"comm.{getattr(fn, '__name__', '?')}()"
+    try:
+        from mpi4py import MPI
+        is_comm = isinstance(comm, MPI.Comm)
+    except ImportError:
+        return None
+    if not is_comm:
+        return None
+    if getattr(fn, "__name__", None) not in _MPI4PY:
+        raise low.unsupported(node, f"mpi4py's {what} is not supported in differentiated code",
+                              "the buffer calls Allreduce, Bcast, Reduce, Send, Recv, Sendrecv, "
+                              "Barrier, Get_rank and Get_size are (docs/parallel.md)")
+    if comm != MPI.COMM_WORLD:
+        raise low.unsupported(node, f"{what} on a communicator other than MPI.COMM_WORLD is not "
+                                    "supported in differentiated code")
+    try:
+        _ensure()
+    except ImportError as e:
+        raise low.unsupported(node, f"differentiating {what} needs numba-mpi ({e})",
+                              "pip install 'zyg[mpi]'") from None
+    name, params = _MPI4PY[fn.__name__]
+    if len(node.args) > len(params):
+        raise low.unsupported(node, f"{what} takes at most {len(params)} arguments")
+    got = dict(zip(params, node.args))
+    for k in node.keywords:
+        key = {"sendbuf": "sendobj" if name != "sendrecv" else "senddata",
+               "recvbuf": "recvobj" if name != "sendrecv" else "recvdata",
+               "buf": "data", "op": "operator"}.get(k.arg, k.arg)
+        if k.arg is None or key not in params or key in got:
+            raise low.unsupported(node, f"{what}: unexpected argument {k.arg!r}")
+        got[key] = k.value
+    status = got.pop("status", None)
+    if status is not None and low.static_value(status) is not None:
+        raise low.unsupported(node, f"{what}: a status object is not supported (zyg needs the "
+                                    "source and tag up front)")
+    import gast
+    for k, v in got.items():
+        if isinstance(v, (gast.List, gast.Tuple)):
+            raise low.unsupported(node, f"{what}: pass the array itself, not [buffer, datatype]")
+    op = got.get("operator")
+    if op is not None:
+        if _known(low, op) != MPI.SUM:
+            raise low.unsupported(node, f"{what} with an operator other than MPI.SUM is not "
+                                        "differentiated yet")
+        del got["operator"]
+    return name, got
+
+
+def _lower_mpi(low, fn, node, hint: str):
+    """``numba_mpi.allreduce(x, r)`` and the others, and mpi4py's buffer calls of
+    ``MPI.COMM_WORLD``: a write of a communicating primitive's value (this module's
+    docstring)."""
+    name = _mpi_name(fn)
+    got = None
+    if name is None:
+        m = _mpi4py_call(low, fn, node)
+        if m is None:
+            return None
+        name, got = m
+        if name in _PASS_THROUGH:
+            # numba-mpi's own call (compiled code cannot call mpi4py)
+            return low.emit(getattr(_mpi, name), [], node, hint)
     from ..ssa.desugar import _write_out
     from ..ssa.ir import Const
     if name in _PASS_THROUGH:
@@ -482,7 +558,8 @@ def _lower_mpi(low, fn, node, hint: str):
         raise low.unsupported(node, f"numba_mpi.{name}() is not supported in differentiated code yet",
                               "use the point-to-point calls and the collectives allreduce, bcast, "
                               "reduce (docs/parallel.md)")
-    got = _bind(low, fn, name, node)
+    if got is None:
+        got = _bind(low, fn, name, node)
     if name in ("isend", "irecv"):
         return _lower_start(low, name, got, node, hint)
     if name in ("wait", "waitall"):
