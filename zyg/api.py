@@ -179,18 +179,27 @@ def _bind(f: Callable, args: Sequence[Any], kwargs: Optional[dict] = None) -> Tu
 
 
 def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
-        target: str = "cpu") -> Tuple[Any, Any]:
+        target: str = "cpu", batched: bool = False) -> Tuple[Any, Any]:
     """Forward mode: ``(f(*primals), J @ tangents)``, the Jacobian-vector product.
 
     ``tangents`` has the structure of ``primals`` (a float for a float, an array of the
     same shape for an array, a tuple for a tuple); ``None`` or an int/bool argument's
     entry means no tangent.  The result's tangent has the structure of the result.
     Like ``jax.jvp``; computed by a forward-mode transform of ``f`` in one pass.
+
+    ``batched=True``: ``k`` tangents at once.  Each tangent leaf has one extra *leading*
+    axis of length ``k`` (a float's tangent is a ``(k,)`` array, an array of shape ``S``
+    has a ``(k,) + S`` tangent), and so has each leaf of the result's tangent: lane ``j``
+    is ``jvp`` with the tangents' lane ``j`` (``jax.vmap`` of ``jax.jvp`` over the
+    tangents, ``in_axes=0``).  The primal runs once, every tangent carries the ``k``
+    lanes (zyg/pullbacks/forward_batched.py).
     """
     primals = tuple(primals)
     tangents = tuple(tangents)
     if len(primals) != len(tangents):
         raise TypeMismatch(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    if batched:
+        return _jvp_batched(f, primals, tangents, target)
     # defaults, methods, partials (zyg/entry.py): their values get no tangent
     f, primals = _bind(f, primals)
     tangents = tangents + (None,) * (len(primals) - len(tangents))
@@ -241,14 +250,137 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     return y, ty
 
 
-def _build_jvp(ir, kinds, nuser, backend):
+def _lanes_of(tangents) -> int:
+    """The common lane count ``k`` of batched tangents (their leaves' leading axis)."""
+    ks = set()
+
+    def walk(t):
+        if t is None:
+            return
+        if isinstance(t, tuple):
+            for x in t:
+                walk(x)
+            return
+        if isinstance(t, dict):
+            raise TypeMismatch("jvp(batched=True) does not take dict arguments yet")
+        a = np.asarray(t)
+        if a.ndim == 0:
+            raise TypeMismatch("jvp(batched=True): a tangent needs a leading lane axis "
+                               "(a float's tangent is a (k,) array)")
+        ks.add(a.shape[0])
+    for t in tangents:
+        walk(t)
+    if len(ks) > 1:
+        raise TypeMismatch(f"jvp(batched=True): tangents with different lane counts {sorted(ks)}")
+    if not ks:
+        raise TypeMismatch("jvp(batched=True): no tangent given, so no lane count")
+    return ks.pop()
+
+
+def _lane(t, j):
+    if t is None:
+        return None
+    if isinstance(t, tuple):
+        return type(t)(*[_lane(x, j) for x in t]) if hasattr(t, "_fields") else \
+            tuple(_lane(x, j) for x in t)
+    return np.asarray(t)[j]
+
+
+def _stack(outs):
+    o = outs[0]
+    if isinstance(o, tuple):
+        parts = [_stack([x[i] for x in outs]) for i in range(len(o))]
+        return type(o)(*parts) if hasattr(o, "_fields") else tuple(parts)
+    return np.stack([np.asarray(x) for x in outs])
+
+
+def _jvp_batched(f, primals, tangents, target):
+    """``jvp(..., batched=True)``: one pass of the vector forward mode, or where the
+    function has a construct that has no vector form (forward_batched.NotBatched), the
+    scalar jvp once per lane."""
+    K = _lanes_of(tangents)
+    f0 = f
+    f, primals = _bind(f, primals)
+    tangents = tangents + (None,) * (len(primals) - len(tangents))
+    backend = backends.host(target, "jvp")
+    if _dicts.has_dict(primals):
+        raise TypeMismatch("jvp(batched=True) does not take dict arguments yet")
+    if backend.native_byte_order and has_foreign(primals + tangents):
+        primals = tuple(to_native(a) for a in primals)
+        tangents = tuple(to_native(a) for a in tangents)
+    py = unwrap(f)
+    kinds = _kinds(primals, getattr(py, "__name__", "f"))
+    ir = ssa_of(f)
+    if len(primals) != ir.nargs:
+        raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments "
+                        f"but {len(primals)} were given")
+    nuser = len(primals)
+    primals = _with_hidden(ir, primals)
+    tangents = tangents + (None,) * (len(primals) - nuser)
+    kinds += [kind_of_value(a) for a in primals[nuser:]]
+    key = (py, target, tuple(kinds), ir.reads, "batched")
+    entry = _JVPS.get(key)
+    if entry is None:
+        with LOAD_LOCK:
+            entry = _JVPS.get(key)
+            if entry is None:
+                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, batched=True)
+    if entry[0] is None:
+        # per lane: the scalar jvp k times
+        del f0
+        outs = [jvp(f, primals[:nuser], tuple(_lane(t, j) for t in tangents[:nuser]),
+                    target=target) for j in range(K)]
+        return outs[0][0], _stack([o[1] for o in outs])
+    fn, trees, active, ret_tree, guard = entry
+    flat_p = _flatten_args(primals, trees)
+    if guard is not None:
+        guard.check_aliasing(flat_p)
+    flat_t = _flatten_tangents(primals, tangents, trees)
+    targs = [_as_tangent_batched(t, x, K) for t, x, a in zip(flat_t, flat_p, active) if a]
+    if isinstance(fn, _FirstCall):
+        fn = fn.compile_for(tuple(flat_p) + (K,) + tuple(targs))
+        _JVPS[key] = (fn, trees, active, ret_tree, guard)
+    y, ty = fn(*flat_p, K, *targs)
+    if ret_tree is not None:
+        return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]
+    return y, ty
+
+
+def _as_tangent_batched(t: Any, x: Any, K: int) -> Any:
+    if isinstance(x, np.ndarray):
+        if t is None:
+            return np.zeros((K,) + x.shape, x.dtype)
+        t = np.ascontiguousarray(t, dtype=x.dtype)
+        if t.shape != (K,) + x.shape:
+            raise TypeMismatch(f"jvp(batched=True): a tangent has shape {t.shape}, its primal "
+                               f"{x.shape}: expected {(K,) + x.shape}")
+        return t
+    if t is None:
+        return np.zeros(K)
+    t = np.ascontiguousarray(t, dtype=np.float64)
+    if t.shape != (K,):
+        raise TypeMismatch(f"jvp(batched=True): a float's tangent has shape {t.shape}, "
+                           f"expected ({K},)")
+    return t
+
+
+def _build_jvp(ir, kinds, nuser, backend, batched=False):
     """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once)."""
     from .pullbacks.forward import Forward, check_forward_kinds
     p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], backend)
     check_forward_kinds(p)
-    fwd = Forward(p)
-    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
-    code = fwd.emit(stem)
+    if batched:
+        from .pullbacks.forward_batched import BatchedForward, NotBatched
+        fwd = BatchedForward(p)
+        try:
+            code = fwd.emit(f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk")
+        except NotBatched:
+            return (None,)
+        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk"
+    else:
+        fwd = Forward(p)
+        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
+        code = fwd.emit(stem)
     (fn,), path, locs = backend.load(code, fwd.ns.ns, [stem], stem)
     fn = _checked(fn, path, locs, ir.name)
     trees = p.flat.param_trees if p.flat is not None else [None] * len(kinds)

@@ -1,0 +1,372 @@
+"""Vector forward mode: ``zyg.jvp(..., batched=True)`` with ``k`` tangents in one pass.
+
+The emitter is :class:`zyg.pullbacks.forward.Forward` with every tangent given a leading
+*lane* axis of length ``_K`` (a parameter of the generated function): the tangent of a
+float is a ``(_K,)`` array, the tangent of an array of shape ``S`` a ``(_K,) + S`` array
+(``jax.vmap``'s default ``in_axes=0``).  The primal runs once; each statement's tangent
+is computed for all lanes together where that is known to be right, and otherwise by a
+loop over the lanes inside the generated code that evaluates the scalar-tangent rule of
+:class:`Forward` on one lane at a time:
+
+* vectorised: tangents that are sums of products of primal coefficients and operand
+  tangents (scalar rules, elementwise array rules whose operand has the result's number
+  of dimensions, or is a float, lifted to ``(_K, 1, ..)``), reads ``a[i]`` / views
+  ``a[i:j]`` (``t_a[:, i]``), writes ``a[i] = v`` (``t_a[:, i] = t_v``), in-place
+  operators, tuples, allocations, control flow (block parameters, loops, returns);
+* per lane: every other rule (reductions, ``np.dot`` / ``@``, linalg, ``np.where``,
+  ``np.array([...])``, rules with branches or calls on the tangent...);
+* refused here (:class:`NotBatched`; ``zyg.jvp`` then runs the scalar jvp once per lane):
+  constructs whose tangent is not a pure function of its operands' tangents -- a view
+  other than a subscript (a reshape or ``.T`` that is written through), zyg.grad or a
+  checkpointed loop inside, communication, tape helpers of generated gradients.
+
+Numbers within a lane loop are the same expressions the scalar path emits, so a lane's
+tangent equals the single jvp's to rounding (exactly, for these rules).
+"""
+from __future__ import annotations
+
+import ast
+from typing import List
+
+from ..rules import registry
+from ..ssa.analysis import array_dtype, array_ndim, is_array, is_tuple
+from ..ssa.emit import For, INFIX, PREFIX, Code, var_name
+from ..ssa.ir import Stmt, Var
+from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
+from . import guards
+from .arrays import inplace_src
+from .forward import Forward, _helper_linear
+from .reshapes import is_reshape
+
+_LANE = "_l"
+_HOLE = "_zyg_T_"       # a placeholder for an operand's tangent while checking a rule
+# binary and unary operators through which a linear tangent stays linear elementwise
+_SAFE_BIN = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+_SAFE_UN = (ast.USub, ast.UAdd)
+# a call of these on an array tangent of the result's shape is the same call on all lanes
+_SAME_CALL = {"copy", "ascontiguousarray", "asarray"}
+
+
+class NotBatched(Exception):
+    """The function has a construct the batched emitter does not handle."""
+
+
+def _linear_safe(text: str, holes: List[str]) -> bool:
+    """Every occurrence of a hole in ``text`` reaches the top of the expression through
+    ``+ - * /`` and unary signs only (so numpy broadcasting applies it to each lane), and
+    never as a divisor."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return False
+    parent = {}
+    for node in ast.walk(tree):
+        for ch in ast.iter_child_nodes(node):
+            parent[id(ch)] = node
+    found = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in holes:
+            found = True
+            cur = node
+            while id(cur) in parent:
+                par = parent[id(cur)]
+                if isinstance(par, ast.Expression):
+                    break
+                if isinstance(par, ast.BinOp) and isinstance(par.op, _SAFE_BIN):
+                    if isinstance(par.op, ast.Div) and par.right is cur:
+                        return False
+                elif isinstance(par, ast.UnaryOp) and isinstance(par.op, _SAFE_UN):
+                    pass
+                elif isinstance(par, ast.Call) and isinstance(par.func, ast.Name) and \
+                        par.func.id == "_zyg_mulnz" and len(par.args) == 2 and \
+                        par.args[0] is cur and not par.keywords:
+                    pass        # the elementwise dy * partial (a ufunc: it broadcasts)
+                else:
+                    return False
+                cur = par
+        elif isinstance(node, ast.Name) and node.id.startswith(_HOLE):
+            return False
+    return found
+
+
+class BatchedForward(Forward):
+    batched = True
+
+    def __init__(self, p):
+        super().__init__(p)
+        self.lane = None        # "_l" while a statement's tangent is emitted per lane
+        self.holes = None       # {operand index: placeholder} while a rule is checked
+
+    # -- tangents of operands -----------------------------------------------------------
+    def extra_params(self) -> List[str]:
+        return ["_K"]
+
+    def nd(self, a) -> int:
+        k = self.kind(a)
+        return array_ndim(k) if is_array(k) else 0
+
+    def t(self, a):
+        if not self.active(a):
+            return None
+        name = "t_" + var_name(a)
+        return f"{name}[{_LANE}]" if self.lane else name
+
+    def tz(self, a) -> str:
+        if self.lane:
+            return super().tz(a)
+        t = self.t(a)
+        if t is not None:
+            return t
+        k = self.kind(a)
+        if is_array(k):
+            s = self.src(a)
+            return f"np.zeros((_K,) + {s}.shape, {s}.dtype)"
+        return "np.zeros(_K)"
+
+    def tzero(self, kind: str) -> str:
+        if self.lane:
+            return super().tzero(kind)
+        if is_array(kind):
+            nd = array_ndim(kind) + 1
+            return f"np.zeros(({'0, ' * nd}), np.{array_dtype(kind)})"
+        if is_tuple(kind):
+            raise NotBatched("a tuple-valued placeholder")
+        return "np.zeros(0)"
+
+    def edge_tangent(self, p, a) -> str:
+        from ..ssa.ir import Undef
+        if isinstance(a, Undef):
+            return self.tzero(self.kind(p))
+        return self.tz(a)
+
+    def basic(self, spec, ops) -> bool:
+        """A subscript of integers and slices only (then ``t[:, idx]`` is every lane's)."""
+        if not all(s in ("i", "s") for s in spec):
+            return False
+        k = 0
+        for s in spec:
+            if s == "i":
+                if isinstance(ops[k], Var) and self.kind(ops[k]) != "int":
+                    return False
+                k += 1
+            else:
+                k += 3
+        return True
+
+    def lift(self, tan: str, nd: int) -> str:
+        """A float's tangent ``(_K,)`` shaped ``(_K, 1, .., 1)`` to broadcast with ``nd``-d."""
+        if nd == 0:
+            return tan
+        return f"np.ascontiguousarray({tan}).reshape((_K{', 1' * nd}))"
+
+    def alloc(self, st: Stmt) -> str:
+        y = var_name(st.var)
+        k = self.kind(st.var)
+        if is_array(k):
+            dt = f"{y}.dtype" if array_dtype(k).startswith("float") else "np.float64"
+            return f"np.empty((_K,) + {y}.shape, {dt})"
+        return "np.empty(_K)"
+
+    # -- statements -----------------------------------------------------------------------
+    def stmt(self, st: Stmt, ind: int, code: Code) -> None:
+        e = st.expr
+        fn = e.fn
+        args = [self.src(a) for a in e.args]
+        if getattr(fn, "_zyg_forward", None) is not None or getattr(fn, "_zyg_linear", None) is not None:
+            raise NotBatched("communication")
+        if hasattr(fn, "tangent_src") or fn is guards.nonzero:
+            raise NotBatched("a nested transform")
+        if _helper_linear().get(getattr(fn, "py_func", fn)) is not None:
+            raise NotBatched("tape helpers")
+        if isinstance(fn, SetItem):
+            base = e.args[0]
+            if self.t(base) is not None:
+                idx = index_src(fn.spec, args[1:-1])
+                v = e.args[-1]
+                tv = self.t(v)
+                if self.basic(fn.spec, e.args[1:-1]):
+                    nd_slot = self.nd(base) - sum(1 for s in fn.spec if s == "i")
+                    if tv is None:
+                        tv = "0.0"
+                    elif not is_array(self.kind(v)):
+                        tv = self.lift(tv, nd_slot)
+                    elif self.nd(v) != nd_slot:
+                        tv = None
+                    if tv is not None:
+                        code.add(ind, f"{self.t(base)}[:, {idx}] = {tv}", st.loc)
+                else:
+                    tv = None
+                if tv is None:
+                    # per lane: a lane of the tangent is a view of it
+                    code.put(ind, For(_LANE, "range(_K)"))
+                    self.lane = _LANE
+                    try:
+                        code.add(ind + 1, f"{self.t(base)}[{idx}] = {self.t(v) or '0.0'}", st.loc)
+                    finally:
+                        self.lane = None
+            code.add(ind, f"{args[0]}[{index_src(fn.spec, args[1:-1])}] = {args[-1]}", st.loc)
+            return
+        if isinstance(fn, InPlace) and is_array(self.kind(e.args[0])):
+            if self.active(e.args[1]) and not is_array(self.kind(e.args[1])):
+                # a float's tangent broadcast over the array's elements, per lane
+                self._lifted_b = self.nd(e.args[0])
+            try:
+                self.inplace(st, args, ind, code)
+            finally:
+                self._lifted_b = None
+            return
+        lhs = var_name(st.var) + " = " if st.var is not None else ""
+        if is_reshape(fn) and self.is_view(st.var):
+            raise NotBatched("a reshape taken as a view")
+        code.add(ind, lhs + self.call_src(st, args), st.loc)
+        if st.var is None or not self.active(st.var):
+            return
+        tan = self.vector_tangent(st, args)
+        y = "t_" + var_name(st.var)
+        if tan is not None:
+            if self.p.backend.strong_scalars and self._narrowed(st):
+                tan = f"({tan}).astype(np.{array_dtype(self.kind(st.var))})"
+            code.add(ind, f"{y} = {tan}", st.loc)
+            return
+        if self.is_view(st.var):
+            raise NotBatched("a view whose tangent is computed per lane")
+        # the scalar path's rule, one lane at a time
+        code.add(ind, f"{y} = {self.alloc(st)}", st.loc)
+        code.put(ind, For(_LANE, "range(_K)"))
+        self.lane = _LANE
+        try:
+            tan = self.tangent(st, args)
+        finally:
+            self.lane = None
+        code.add(ind + 1, f"{y}[{_LANE}] = {tan}", st.loc)
+
+    _lifted_b = None
+
+    def inplace(self, st, args, ind, code):
+        if self._lifted_b:
+            b = st.expr.args[1]
+            orig_t = self.t
+
+            def t(a, _orig=orig_t):
+                s = _orig(a)
+                return self.lift(s, self._lifted_b) if (s is not None and a is b) else s
+            self.t = t
+            try:
+                return super().inplace(st, args, ind, code)
+            finally:
+                del self.t
+        return super().inplace(st, args, ind, code)
+
+    def vector_tangent(self, st: Stmt, args: List[str]):
+        """The tangent of all lanes as one expression, or None (then per lane)."""
+        e = st.expr
+        fn = e.fn.op if isinstance(e.fn, InPlace) else e.fn
+        ops = e.args
+        from ..rules.higher import Checkpointed, Hooked
+        from ..ssa.prims import Recursive
+        if isinstance(fn, Hooked):
+            return self.tz(ops[0])
+        if isinstance(fn, (Checkpointed, Recursive)):
+            raise NotBatched("a checkpointed or recursive call")
+        if isinstance(fn, GetItem):
+            if not is_array(self.kind(ops[0])):
+                return None
+            if tuple(fn.spec) == ("e",):
+                return self.tz(ops[0])
+            if not self.basic(fn.spec, ops[1:]):
+                return None     # fancy indexing, newaxis, ellipsis: per lane (a copy)
+            src = f"{self.tz(ops[0])}[:, {index_src(fn.spec, args[1:])}]"
+            return src if is_array(self.kind(st.var)) else f"{src}.copy()"
+        if isinstance(fn, Attr):
+            return None
+        if isinstance(fn, MakeTuple):
+            return "(" + "".join(self.tz(a) + ", " for a in ops) + ")"
+        if isinstance(fn, (ArrayOf, Stacked)):
+            return None
+        if registry.is_nondifferentiable(fn):
+            return self.tzero_like(st)
+        kinds = [self.kind(a) for a in ops]
+        act = [i for i, a in enumerate(ops) if self.active(a)]
+        ny = self.nd(st.var)
+        if any(is_array(k) for k in kinds):
+            return self.vector_array(st, args, act, kinds, fn)
+        if is_array(self.kind(st.var)):
+            return None
+        rule = registry.lookup(fn)
+        conv = rule.converted if rule is not None else None
+        if conv is None or conv.back_exprs is None:
+            return None
+        terms = []
+        y = var_name(st.var)
+        for i in act:
+            ex = conv.back_exprs[i] if i < len(conv.back_exprs) else None
+            if ex is None:
+                continue
+            mapping = dict(zip(conv.params, args))
+            mapping[conv.back_param] = _HOLE + str(i)
+            if conv.out:
+                mapping[conv.out] = y
+            text = self.rule_src(conv, ex, mapping)
+            if not _linear_safe(text, [_HOLE + str(i)]):
+                return None
+            terms.append(f"({text.replace(_HOLE + str(i), self.t(ops[i]))})")
+        del ny
+        return " + ".join(terms) if terms else "np.zeros(_K)"
+
+    def tzero_like(self, st: Stmt) -> str:
+        y = var_name(st.var)
+        if is_array(self.kind(st.var)):
+            return f"np.zeros((_K,) + {y}.shape, {y}.dtype)"
+        return "np.zeros(_K)"
+
+    def vector_array(self, st, args, act, kinds, fn):
+        """Elementwise rules (ufuncs, operators, the listed elementwise functions) whose
+        push-forward is linear-safe in the operand's tangent; a float operand lifted."""
+        import numpy as np
+        from ..rules import arrays as arules, dispatch
+        from ..ssa.ir import Const, Undef
+        from .forward import _ELEMENTWISE
+        e = st.expr
+        ops = e.args
+        if not is_array(self.kind(st.var)):
+            return None
+        name = getattr(fn, "__name__", "")
+        if fn in (np.copy, np.ascontiguousarray, np.asarray) or name in _SAME_CALL:
+            if len(ops) == 1 and not e.kwargs and is_array(kinds[0]):
+                return f"np.{name}({self.tz(ops[0])})" if name != "copy" else f"{self.tz(ops[0])}.copy()"
+            return None
+        r = dispatch.rule_for(fn)
+        if r is None or r.fwd is not None:
+            return None
+        elementwise = r.broadcast or fn in _ELEMENTWISE or isinstance(fn, np.ufunc) or \
+            fn in INFIX or fn in PREFIX
+        if not elementwise or e.kwargs:
+            return None
+        ny = self.nd(st.var)
+        consts = [a.value if isinstance(a, Const) and not isinstance(a, Undef) else arules._NOCONST
+                  for a in ops]
+        y = var_name(st.var)
+        terms = []
+        for i in act:
+            nd = self.nd(ops[i])
+            if nd not in (0, ny):
+                return None
+            hole = _HOLE + str(i)
+            c = arules.Ctx(list(args), y, hole, kinds, consts, [], {}, {}, {})
+            try:
+                src = r.back(c, i)
+            except arules._RuleError:
+                return None
+            if src is None:
+                continue
+            if not _linear_safe(src, [hole]):
+                return None
+            tan = self.t(ops[i]) if nd == ny else self.lift(self.t(ops[i]), ny)
+            terms.append(f"({src.replace(hole, tan)})")
+        if not terms:
+            return self.tzero_like(st)
+        out = " + ".join(terms)
+        if any(self.nd(ops[i]) != ny for i in act):
+            # a float's term broadcasts to (_K, 1, ..) only: to the result's shape
+            out = f"({out}) + np.zeros((_K,) + {y}.shape, {y}.dtype)"
+        return out
