@@ -25,7 +25,7 @@ from .errors import TypeMismatch, UnsupportedSyntax
 from .rules.higher import Checkpointed
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
-from .ssa.emit import Def, For, _ident
+from .ssa.emit import Def, For, While, _ident
 from .ssa.lower import unwrap
 from .ssa.tuples import flatten_value, unflatten
 
@@ -447,7 +447,7 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
     nuser = len(args)
     args = _full_args(f, args)
     kinds = _kinds(args, getattr(unwrap(f), "__name__", "f"))
-    key = (unwrap(f), tuple(kinds), argnum, target, ssa_of(f).reads)
+    key = (unwrap(f), tuple(kinds), argnum, target, ssa_of(f).reads, HESSIAN_BATCHED)
     got = _HESS.get(key)
     if got is not None:
         return got
@@ -515,7 +515,67 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         code.add(1, f"return {call}")
     fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
                                      stem)
-    return [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
+    out = [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
+    if HESSIAN_BATCHED:
+        h = _batched_hessian(p, params, kinds, argnum, stem)
+        if h is not None:
+            out[0] = h
+    return out
+
+
+# zyg.hessian by the vector forward mode over the gradient (JAC_CHUNK columns per pass);
+# False: one Hessian-vector product per column (the path before, kept for comparison)
+HESSIAN_BATCHED = True
+
+
+def _batched_hessian(p, params, kinds, argnum, stem):
+    """The Hessian driver from one vector forward pass of the gradient per JAC_CHUNK
+    columns, or None where the gradient has a construct without a vector form."""
+    from .pullbacks.forward_batched import BatchedForward, NotBatched
+    bf = BatchedForward(p)
+    try:
+        code = bf.emit(stem + "_jvpk")
+    except NotBatched:
+        return None
+    if not bf.array_math:
+        # a gradient of loops over numbers: the per-column loop of scalar Hessian-vector
+        # products is faster there (every value in a register; benchmarks/vector_forward.py)
+        return None
+    x = params[argnum]
+    arr = is_array(kinds[argnum])
+
+    def tans(k):
+        out = []
+        for j, q in enumerate(p.fn.params):
+            if bf.active(q):
+                if j == argnum:
+                    out.append("_E" if arr else "np.ones(1)")
+                elif is_array(kinds[j]):
+                    out.append(f"np.zeros(({k},) + {params[j]}.shape, {params[j]}.dtype)")
+                else:
+                    out.append(f"np.zeros({k})")
+        return out
+    code.add(0, "")
+    code.put(0, Def(f"{stem}_hessian", tuple(params)))
+    if arr:
+        code.add(1, f"_n = {x}.shape[0]")
+        code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
+        code.add(1, "_c = 0")
+        code.put(1, While("_c < _n"))
+        code.add(2, f"_k = min({JAC_CHUNK}, _n - _c)")
+        code.add(2, f"_E = np.zeros((_k, _n), {x}.dtype)")
+        code.put(2, For("_j", "range(_k)"))
+        code.add(3, "_E[_j, _c + _j] = 1.0")
+        code.add(2, f"_T = {stem}_jvpk({', '.join(params + ['_k'] + tans('_k'))})[1]")
+        code.put(2, For("_j", "range(_k)"))
+        code.add(3, "_H[:, _c + _j] = _T[_j]")
+        code.add(2, "_c += _k")
+        code.add(1, "return _H")
+    else:
+        code.add(1, f"return {stem}_jvpk({', '.join(params + ['1'] + tans(1))})[1][0]")
+    fns, path, locs = p.backend.load(code, bf.ns.ns, [stem + "_jvpk", stem + "_hessian"],
+                                     stem + "_k")
+    return _checked(fns[1], path, locs, p.fn.name)
 
 
 def _run_compiled(slot: list, k: int, args: tuple):
@@ -694,13 +754,17 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     return make_object(g, g, doc, _zyg=spec, _zyg_binder=binder)
 
 
+JAC_CHUNK = 32      # lanes per vector forward pass of jacobian(mode="fwd") and sparse colourings
+
+
 def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str = "cpu",
              sparsity: Any = None) -> Callable:
     """``jacobian(f)(*args)``: the Jacobian of ``f`` w.r.t. argument ``argnums``.
 
     For a result of shape ``S`` and an argument of shape ``A`` (a float: ``()``) the
-    Jacobian has shape ``S + A``, as ``jax.jacobian``.  ``mode="fwd"`` runs one ``jvp``
-    per element of the argument; ``mode="rev"`` one ``pullback`` per element of the
+    Jacobian has shape ``S + A``, as ``jax.jacobian``.  ``mode="fwd"`` runs the vector
+    forward mode (``jvp(..., batched=True)``) with one lane per element of the argument,
+    ``JAC_CHUNK`` (32) lanes per pass; ``mode="rev"`` one ``pullback`` per element of the
     result; ``"auto"`` picks the one with fewer passes (forward on ties).
 
     ``sparsity``: the pattern of the Jacobian as a ``prod(S) x prod(A)`` scipy.sparse
@@ -723,7 +787,8 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
             raise TypeMismatch(f"jacobian: argument {i} must be a float or a float array")
         if sparsity is not None:
             from . import sparse
-            return sparse.jacobian(fn, args, i, sparsity, mode, target, jvp, _pullback)
+            return sparse.jacobian(fn, args, i, sparsity, mode, target, jvp, _pullback,
+                                   chunk=JAC_CHUNK)
         xs = np.shape(x)
         n_in = int(np.prod(xs)) if xs else 1
         y0 = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
@@ -734,16 +799,16 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
         m = mode if mode != "auto" else ("fwd" if n_in <= n_out else "rev")
         J = np.empty((n_out, n_in))
         if m == "fwd":
-            for k in range(n_in):
+            # vector forward mode: the unit tangents of JAC_CHUNK columns per pass
+            dt = np.asarray(x).dtype
+            for c0 in range(0, n_in, JAC_CHUNK):
+                K = min(JAC_CHUNK, n_in - c0)
+                E = np.zeros((K, n_in), dt)
+                E[np.arange(K), np.arange(c0, c0 + K)] = 1.0
                 t = [None] * len(args)
-                if xs:
-                    e = np.zeros(xs, np.asarray(x).dtype)
-                    e.flat[k] = 1.0
-                    t[i] = e
-                else:
-                    t[i] = 1.0
-                _, ty = jvp(fn, args, tuple(t), target=target)
-                J[:, k] = np.ravel(ty)
+                t[i] = E.reshape((K,) + xs) if xs else E[:, 0].astype(np.float64)
+                _, ty = jvp(fn, args, tuple(t), target=target, batched=True)
+                J[:, c0:c0 + K] = np.reshape(ty, (K, n_out)).T
         else:
             fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
             y, back = _pullback(fn, *fresh, target=target)

@@ -444,6 +444,7 @@ class Forward:
                 if self.active(q):
                     code.add(1, f"t_{var_name(q)} = t_{var_name(q)}.copy()")
         entry = fn.blocks[fn.order[0]]
+        self.prologue(code)
         self._find_loops()
         # placeholders for values defined in one block and used in others (numba types them)
         defined_in_entry = {st.var.id for st in entry.stmts if st.var is not None}
@@ -458,8 +459,8 @@ class Forward:
                         or v.id in ordered:
                     continue
                 code.add(1, f"{var_name(v)} = {zero_of(k)}")
-                if self.active(v):
-                    code.add(1, f"t_{var_name(v)} = {self.tzero(k)}")
+                if self.active(v) and self.placeholder(k) is not None:
+                    code.add(1, f"t_{var_name(v)} = {self.placeholder(k)}")
         if isinstance(self.p.ret_kind, str) and self.p.ret_kind not in ("none", "object"):
             code.add(1, f"_ret = {zero_of(self.p.ret_kind)}")
         for st in entry.stmts:
@@ -700,6 +701,13 @@ class Forward:
     def tzero(self, kind: str) -> str:
         """A typed zero tangent of a value of this kind (placeholders, undefined operands)."""
         return zero_of(kind)
+
+    def placeholder(self, kind: str) -> Optional[str]:
+        """The placeholder of a cross-block value's tangent (None: none needed)."""
+        return self.tzero(kind)
+
+    def prologue(self, code: Code) -> None:
+        """Lines after the arguments' copies (batched mode: the lane buffers)."""
 
     def extra_params(self) -> List[str]:
         """Parameters between the primals and the tangents (the lane count, batched mode)."""

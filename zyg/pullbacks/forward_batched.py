@@ -31,10 +31,11 @@ from typing import List
 from ..rules import registry
 from ..ssa.analysis import array_dtype, array_ndim, is_array, is_tuple
 from ..ssa.emit import For, INFIX, PREFIX, Code, var_name
+from ..ssa.emit import Else as _Else, If as _If
 from ..ssa.ir import Stmt, Var
 from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
 from . import guards
-from .arrays import inplace_src
+from .arrays import inplace_src, zero_of as zero_of_kind
 from .forward import Forward, _helper_linear
 from .reshapes import is_reshape
 
@@ -96,6 +97,7 @@ class BatchedForward(Forward):
         super().__init__(p)
         self.lane = None        # "_l" while a statement's tangent is emitted per lane
         self.holes = None       # {operand index: placeholder} while a rule is checked
+        self.array_math = 0     # statements computing an array tangent by a rule
 
     # -- tangents of operands -----------------------------------------------------------
     def extra_params(self) -> List[str]:
@@ -131,13 +133,58 @@ class BatchedForward(Forward):
             return f"np.zeros(({'0, ' * nd}), np.{array_dtype(kind)})"
         if is_tuple(kind):
             raise NotBatched("a tuple-valued placeholder")
-        return "np.zeros(0)"
+        return "np.zeros(_K)"
 
-    def edge_tangent(self, p, a) -> str:
+    def scalar(self, v) -> bool:
+        """A value whose tangent is a lane buffer ``(_K,)`` of its own."""
+        k = self.kind(v)
+        return not is_array(k) and not is_tuple(k)
+
+    def placeholder(self, kind: str):
+        if not is_array(kind) and not is_tuple(kind):
+            return None         # a lane buffer from the prologue
+        return self.tzero(kind)
+
+    def prologue(self, code: Code) -> None:
+        """One lane buffer per active number defined in the function (statement results
+        and block parameters), allocated once: a number's tangent is written lane by lane
+        into its own buffer (``t_y[_l] = ...``), so that loops allocate nothing, and every
+        assignment copies (value semantics, as the scalar path's floats)."""
+        params = {q.id for q in self.fn.params}
+        seen = set()
+        for blk in self.fn.iter_blocks():
+            vs = list(blk.params) + [st.var for st in blk.stmts if st.var is not None]
+            for v in vs:
+                if v.id in params or v.id in seen or not self.active(v) or not self.scalar(v):
+                    continue
+                seen.add(v.id)
+                dt = ", np.complex128" if self.kind(v) == "complex" else ""
+                code.add(1, f"t_{var_name(v)} = np.zeros(_K{dt})")
+
+    def edge(self, target: int, args, ind: int, code: Code, goto: bool = True) -> None:
         from ..ssa.ir import Undef
-        if isinstance(a, Undef):
-            return self.tzero(self.kind(p))
-        return self.tz(a)
+        params = self.fn.blocks[target].params
+        lhs, rhs, llhs, lrhs = [], [], [], []
+        for p, a in zip(params, args):
+            lhs.append(var_name(p))
+            rhs.append(zero_of_kind(self.kind(p)) if isinstance(a, Undef) else self.src(a))
+            if not self.active(p):
+                continue
+            if self.scalar(p):
+                llhs.append(f"t_{var_name(p)}[{_LANE}]")
+                lrhs.append("0.0" if isinstance(a, Undef) or not self.active(a)
+                            else f"t_{var_name(a)}[{_LANE}]")
+            else:
+                lhs.append("t_" + var_name(p))
+                rhs.append(self.tzero(self.kind(p)) if isinstance(a, Undef) else self.tz(a))
+        if llhs:
+            # the lanes' parallel assignment joins the pending lane loop
+            self.defer(ind, f"{', '.join(llhs)} = {', '.join(lrhs)}", None, code)
+        self.flush(code)
+        if lhs:
+            code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
+        if goto:
+            code.add(ind, f"_blk = {target}")
 
     def basic(self, spec, ops) -> bool:
         """A subscript of integers and slices only (then ``t[:, idx]`` is every lane's)."""
@@ -168,16 +215,78 @@ class BatchedForward(Forward):
         return "np.empty(_K)"
 
     # -- statements -----------------------------------------------------------------------
+    # -- fused lane loops --------------------------------------------------------------------
+    # The lane assignments of consecutive statements on numbers go into one loop over the
+    # lanes (each lane then runs the scalar path's straight-line code, values in registers),
+    # flushed before anything that reads or writes what they read: a statement with an
+    # array operand, the zero-cotangent test, an edge, a branch's condition, a return.
+    _pending = None
+    _in_stmt = False
+
+    def defer(self, ind: int, line: str, loc, code: Code) -> None:
+        if self._pending and self._pending[0][0] != ind:
+            self.flush(code)
+        if self._pending is None:
+            self._pending = []
+        self._pending.append((ind, line, loc))
+
+    def flush(self, code: Code) -> None:
+        pend = self._pending
+        if not pend:
+            return
+        self._pending = None
+        ind = pend[0][0]
+        code.put(ind, For(_LANE, "range(_K)"))
+        for _, line, loc in pend:
+            code.add(ind + 1, line, loc)
+
+    def src(self, a) -> str:
+        if not self._in_stmt and self._pending and self._code is not None:
+            self.flush(self._code)      # a condition or an edge operand: code follows
+        return super().src(a)
+
+    _code = None
+
+    def emit(self, name: str) -> Code:
+        code = super().emit(name)
+        assert not self._pending
+        return code
+
+    def ret(self, t, ind: int, code: Code, loop: bool) -> None:
+        self.flush(code)
+        super().ret(t, ind, code, loop)
+
+    def flush_free(self, st: Stmt) -> bool:
+        """A statement whose primal line reads no tangent and no array."""
+        e = st.expr
+        if e.fn is guards.nonzero or isinstance(e.fn, (SetItem, InPlace)):
+            return False
+        return not any(is_array(self.kind(a)) or is_tuple(self.kind(a))
+                       for a in list(e.args) + list(e.kwargs.values()))
+
     def stmt(self, st: Stmt, ind: int, code: Code) -> None:
+        self._code = code
+        self._in_stmt = True
+        try:
+            self._stmt(st, ind, code)
+        finally:
+            self._in_stmt = False
+
+    def _stmt(self, st: Stmt, ind: int, code: Code) -> None:
         e = st.expr
         fn = e.fn
         args = [self.src(a) for a in e.args]
+        scalar_def = st.var is not None and self.active(st.var) and self.scalar(st.var)
+        if not (self.flush_free(st) or scalar_def and isinstance(fn, GetItem)
+                and is_array(self.kind(e.args[0])) and self.basic(fn.spec, e.args[1:])
+                and tuple(fn.spec) != ("e",)):
+            self.flush(code)
         if getattr(fn, "_zyg_forward", None) is not None or getattr(fn, "_zyg_linear", None) is not None:
             raise NotBatched("communication")
-        if hasattr(fn, "tangent_src") or fn is guards.nonzero:
+        if hasattr(fn, "tangent_src"):
             raise NotBatched("a nested transform")
-        if _helper_linear().get(getattr(fn, "py_func", fn)) is not None:
-            raise NotBatched("tape helpers")
+        if self.helper(st, args, ind, code):
+            return
         if isinstance(fn, SetItem):
             base = e.args[0]
             if self.t(base) is not None:
@@ -221,8 +330,17 @@ class BatchedForward(Forward):
         code.add(ind, lhs + self.call_src(st, args), st.loc)
         if st.var is None or not self.active(st.var):
             return
-        tan = self.vector_tangent(st, args)
         y = "t_" + var_name(st.var)
+        if self.scalar(st.var):
+            self.scalar_tangent(st, args, ind, code)
+            return
+        if is_tuple(self.kind(st.var)) and not isinstance(fn, MakeTuple):
+            raise NotBatched("a tuple-valued operation")
+        tan = self.vector_tangent(st, args)
+        if not isinstance(fn, (GetItem, Attr, MakeTuple)) and \
+                getattr(fn, "__name__", "") not in _SAME_CALL and \
+                any(self.active(a) and is_array(self.kind(a)) for a in e.args):
+            self.array_math += 1
         if tan is not None:
             if self.p.backend.strong_scalars and self._narrowed(st):
                 tan = f"({tan}).astype(np.{array_dtype(self.kind(st.var))})"
@@ -241,6 +359,90 @@ class BatchedForward(Forward):
         code.add(ind + 1, f"{y}[{_LANE}] = {tan}", st.loc)
 
     _lifted_b = None
+
+    def scalar_tangent(self, st: Stmt, args: List[str], ind: int, code: Code) -> None:
+        """``t_y[_l] = <the scalar path's tangent of lane _l>`` for every lane."""
+        e = st.expr
+        fn = e.fn
+        y = "t_" + var_name(st.var)
+        a0 = e.args[0] if e.args else None
+        if isinstance(fn, GetItem) and self.active(a0) and is_tuple(self.kind(a0)):
+            tan = f"t_{var_name(a0)}[{index_src(fn.spec, args[1:])}][{_LANE}]"
+        elif isinstance(fn, GetItem) and self.active(a0) and is_array(self.kind(a0)) and \
+                self.basic(fn.spec, e.args[1:]) and tuple(fn.spec) != ("e",):
+            tan = f"t_{var_name(a0)}[{_LANE}, {index_src(fn.spec, args[1:])}]"
+        else:
+            for a in e.args:
+                if self.active(a) and is_tuple(self.kind(a)):
+                    raise NotBatched("a tuple operand")
+            self.lane = _LANE
+            try:
+                tan = self.tangent(st, args)
+            finally:
+                self.lane = None
+        self.defer(ind, f"{y}[{_LANE}] = {tan}", st.loc, code)
+
+    def call_src(self, st: Stmt, args: List[str]) -> str:
+        e = st.expr
+        if e.fn is guards.nonzero and not e.kwargs:
+            # the zero-cotangent test: skipped only where the value and every lane of its
+            # tangent are zero
+            tans = [f"np.any({self.t(a)} != 0)" for a in e.args if self.active(a)]
+            return f"{self.ns.ref(guards.nonzero)}({', '.join(list(args) + tans)})"
+        return super().call_src(st, args)
+
+    def helper(self, st: Stmt, args: List[str], ind: int, code: Code) -> bool:
+        """Tape helpers of a generated gradient (forward over reverse: Hessians): the tape's
+        tangent has the lanes first, so the helpers that grow or reuse a buffer run per
+        lane, in place where the primal's buffer stays the same."""
+        from . import arraytape, tape
+        e = st.expr
+        fn = getattr(e.fn, "py_func", e.fn)
+        lin = _helper_linear().get(fn)
+        if lin is None:
+            return False
+        if fn not in (arraytape.push_array, arraytape.shadow_like, tape.grow):
+            return False        # reduce_like, acc_scalar_target: new values, per lane
+        if st.var is None:
+            raise NotBatched("a helper without a result")
+        y = var_name(st.var)
+        code.add(ind, f"{y} = {self.call_src(st, args)}", st.loc)
+        if not self.active(st.var):
+            return True
+        old = self.tz(e.args[0])
+        ty = "t_" + y
+        if fn is arraytape.shadow_like:
+            # the previous buffer while the shape stays, else a new zero one
+            code.put(ind, _If(f"{args[0]}.shape == {args[1]}.shape"))
+            code.add(ind + 1, f"{ty} = {old}")
+            code.put(ind, _Else())
+            code.add(ind + 1, f"{ty} = {self.tzero_like(st)}")
+            return True
+        if fn is arraytape.push_array:
+            # pushes in place while the stack has room (the primal's stack the same size)
+            code.put(ind, _If(f"{y}.shape[0] == {old}.shape[1]"))
+            code.put(ind + 1, For(_LANE, "range(_K)"))
+            self.lane = _LANE
+            try:
+                lane_call = self.tangent(st, args)
+            finally:
+                self.lane = None
+            code.add(ind + 2, lane_call)
+            code.add(ind + 1, f"{ty} = {old}")
+            code.put(ind, _Else())
+            code.add(ind + 1, f"{ty} = {self.alloc(st)}")
+            code.put(ind + 1, For(_LANE, "range(_K)"))
+            code.add(ind + 2, f"{ty}[{_LANE}] = {lane_call}")
+            return True
+        # grow: a new, larger buffer
+        code.add(ind, f"{ty} = {self.alloc(st)}", st.loc)
+        code.put(ind, For(_LANE, "range(_K)"))
+        self.lane = _LANE
+        try:
+            code.add(ind + 1, f"{ty}[{_LANE}] = {self.tangent(st, args)}", st.loc)
+        finally:
+            self.lane = None
+        return True
 
     def inplace(self, st, args, ind, code):
         if self._lifted_b:
@@ -280,38 +482,18 @@ class BatchedForward(Forward):
         if isinstance(fn, Attr):
             return None
         if isinstance(fn, MakeTuple):
-            return "(" + "".join(self.tz(a) + ", " for a in ops) + ")"
+            # a number's lane buffer is copied (it is written again in a loop)
+            return "(" + "".join(self.tz(a) + (".copy()" if self.active(a) and self.scalar(a)
+                                                else "") + ", " for a in ops) + ")"
         if isinstance(fn, (ArrayOf, Stacked)):
             return None
         if registry.is_nondifferentiable(fn):
             return self.tzero_like(st)
         kinds = [self.kind(a) for a in ops]
         act = [i for i, a in enumerate(ops) if self.active(a)]
-        ny = self.nd(st.var)
         if any(is_array(k) for k in kinds):
             return self.vector_array(st, args, act, kinds, fn)
-        if is_array(self.kind(st.var)):
-            return None
-        rule = registry.lookup(fn)
-        conv = rule.converted if rule is not None else None
-        if conv is None or conv.back_exprs is None:
-            return None
-        terms = []
-        y = var_name(st.var)
-        for i in act:
-            ex = conv.back_exprs[i] if i < len(conv.back_exprs) else None
-            if ex is None:
-                continue
-            mapping = dict(zip(conv.params, args))
-            mapping[conv.back_param] = _HOLE + str(i)
-            if conv.out:
-                mapping[conv.out] = y
-            text = self.rule_src(conv, ex, mapping)
-            if not _linear_safe(text, [_HOLE + str(i)]):
-                return None
-            terms.append(f"({text.replace(_HOLE + str(i), self.t(ops[i]))})")
-        del ny
-        return " + ".join(terms) if terms else "np.zeros(_K)"
+        return None
 
     def tzero_like(self, st: Stmt) -> str:
         y = var_name(st.var)
