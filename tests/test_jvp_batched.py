@@ -298,3 +298,26 @@ def test_sparse_forward_equals_dense(target, monkeypatch):
     assert calls == [True] and J.passes == 3
     D = zyg.jacobian(chain, mode="rev", target=target)(x)
     np.testing.assert_allclose(J.toarray(), D, rtol=1e-12, atol=1e-12)
+
+
+def banded_loss(x):
+    return np.sum(np.exp(x[1:] * x[:-1])) + np.sum(np.sin(x) * x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_sparse_hessian_vector_pass(target, monkeypatch):
+    import zyg.sparse as zs
+    n = 9
+    x = np.linspace(0.1, 0.9, n)
+    P = sp.diags([1, 1, 1], [-1, 0, 1], shape=(n, n))
+    calls = []
+    orig = zs.by_columns
+
+    def spy(P_, product, products=None, chunk=32):
+        calls.append(products is not None)
+        return orig(P_, product, products, chunk)
+    monkeypatch.setattr(zs, "by_columns", spy)
+    H = zyg.hessian(banded_loss, sparsity=P, target=target)(x)
+    assert calls == [True] and H.passes == 3
+    D = zyg.hessian(banded_loss, target=target)(x)
+    np.testing.assert_allclose(H.toarray(), D, rtol=1e-12, atol=1e-12)

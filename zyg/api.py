@@ -515,11 +515,11 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         code.add(1, f"return {call}")
     fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
                                      stem)
-    out = [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
+    out = [_checked(fn, path, locs, ir.name) for fn in fns[1:]] + [None]
     if HESSIAN_BATCHED:
-        h = _batched_hessian(p, params, kinds, argnum, stem)
-        if h is not None:
-            out[0] = h
+        got = _batched_hessian(p, params, kinds, argnum, stem)
+        if got is not None:
+            out[0], out[2] = got      # the Hessian, and H @ V.T for a block of vectors V
     return out
 
 
@@ -573,9 +573,16 @@ def _batched_hessian(p, params, kinds, argnum, stem):
         code.add(1, "return _H")
     else:
         code.add(1, f"return {stem}_jvpk({', '.join(params + ['1'] + tans(1))})[1][0]")
-    fns, path, locs = p.backend.load(code, bf.ns.ns, [stem + "_jvpk", stem + "_hessian"],
-                                     stem + "_k")
-    return _checked(fns[1], path, locs, p.fn.name)
+    names = [stem + "_jvpk", stem + "_hessian"]
+    if arr:
+        # the products with the rows of _E (sparse Hessians: every colour in one pass)
+        code.add(0, "")
+        code.put(0, Def(f"{stem}_hvpk", tuple(params + ["_E"])))
+        code.add(1, f"return {stem}_jvpk({', '.join(params + ['_E.shape[0]'] + tans('_E.shape[0]'))})[1]")
+        names.append(stem + "_hvpk")
+    fns, path, locs = p.backend.load(code, bf.ns.ns, names, stem + "_k")
+    return (_checked(fns[1], path, locs, p.fn.name),
+            _checked(fns[2], path, locs, p.fn.name) if arr else None)
 
 
 def _run_compiled(slot: list, k: int, args: tuple):
@@ -628,8 +635,13 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu", sparsity: Any
             from . import sparse
             full = _full_args(fn, args)
             if isinstance(x, np.ndarray):
+                many = None
+                if slot[2] is not None:
+                    # every colour's product from one vector pass (JAC_CHUNK per pass)
+                    def many(V):
+                        return _run_compiled(slot, 2, full + (np.ascontiguousarray(V, x.dtype),))
                 return sparse.hessian(lambda v: _run_compiled(slot, 1, full + (v.astype(x.dtype),)),
-                                      x.size, sparsity)
+                                      x.size, sparsity, many, JAC_CHUNK)
             return sparse.hessian(lambda v: np.atleast_1d(_run_compiled(slot, 1, full + (float(v[0]),))),
                                   1, sparsity)
         return _run_compiled(slot, 0, _full_args(fn, args))

@@ -144,6 +144,7 @@ def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str
     return by_rows(P, row_product)
 
 
-def hessian(hvp: Callable, n: int, sparsity: Any):
-    """The sparse Hessian (``n x n``) from ``hvp(v) = H @ v``."""
-    return by_columns(pattern_of(sparsity, (n, n), "hessian"), hvp)
+def hessian(hvp: Callable, n: int, sparsity: Any, hvps=None, chunk: int = 32):
+    """The sparse Hessian (``n x n``) from ``hvp(v) = H @ v`` (or ``hvps(V) = (H @ V.T).T``,
+    ``chunk`` colours per call: the vector forward mode over the gradient)."""
+    return by_columns(pattern_of(sparsity, (n, n), "hessian"), hvp, hvps, chunk)
