@@ -321,3 +321,20 @@ def test_sparse_hessian_vector_pass(target, monkeypatch):
     assert calls == [True] and H.passes == 3
     D = zyg.hessian(banded_loss, target=target)(x)
     np.testing.assert_allclose(H.toarray(), D, rtol=1e-12, atol=1e-12)
+
+
+def dict_prog(p, x):
+    return p["w"] * np.sin(x) + p["b"] * x[0]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dict_arguments(target):
+    p = {"w": np.array([0.5, 2.0, 1.0]), "b": 0.3}
+    x = np.array([0.1, 0.7, -0.4])
+    T = {"b": np.arange(K, dtype=float), "w": _lanes(p["w"], 4)}     # keys matched by name
+    y, ty = zyg.jvp(dict_prog, (p, x), (T, _lanes(x, 5)), target=target, batched=True)
+    X = _lanes(x, 5)
+    for j in range(K):
+        tj = {"w": T["w"][j], "b": T["b"][j]}
+        np.testing.assert_allclose(ty[j], zyg.jvp(dict_prog, (p, x), (tj, X[j]), target=target)[1],
+                                   rtol=1e-12, atol=1e-12)

@@ -261,8 +261,6 @@ def _lanes_of(tangents) -> int:
             for x in t:
                 walk(x)
             return
-        if isinstance(t, dict):
-            raise TypeMismatch("jvp(batched=True) does not take dict arguments yet")
         a = np.asarray(t)
         if a.ndim == 0:
             raise TypeMismatch("jvp(batched=True): a tangent needs a leading lane axis "
@@ -298,13 +296,21 @@ def _jvp_batched(f, primals, tangents, target):
     """``jvp(..., batched=True)``: one pass of the vector forward mode, or where the
     function has a construct that has no vector form (forward_batched.NotBatched), the
     scalar jvp once per lane."""
-    K = _lanes_of(tangents)
     f0 = f
     f, primals = _bind(f, primals)
     tangents = tangents + (None,) * (len(primals) - len(tangents))
     backend = backends.host(target, "jvp")
     if _dicts.has_dict(primals):
-        raise TypeMismatch("jvp(batched=True) does not take dict arguments yet")
+        # dict arguments (zyg/dicts.py): their tangents are dicts of the same keys, each
+        # entry with the lanes first
+        code = getattr(unwrap(f), "__code__", None)
+        where = (code.co_filename, code.co_firstlineno) if code else (None, None)
+        tangents = tuple(_dicts.tangent_like(t, x, f"argument {i}", where)
+                         for i, (t, x) in enumerate(zip(tangents, primals)))
+        primals = tuple(_dicts.to_tuples(a) for a in primals)
+        y, ty = _jvp_batched(f, primals, tangents, target)
+        return _dicts.to_dicts(y), _dicts.to_dicts(ty)
+    K = _lanes_of(tangents)
     if backend.native_byte_order and has_foreign(primals + tangents):
         primals = tuple(to_native(a) for a in primals)
         tangents = tuple(to_native(a) for a in tangents)

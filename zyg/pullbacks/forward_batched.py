@@ -316,6 +316,9 @@ class BatchedForward(Forward):
             code.add(ind, f"{args[0]}[{index_src(fn.spec, args[1:-1])}] = {args[-1]}", st.loc)
             return
         if isinstance(fn, InPlace) and is_array(self.kind(e.args[0])):
+            if self.active(e.args[1]) and is_array(self.kind(e.args[1])) and \
+                    self.nd(e.args[1]) < self.nd(e.args[0]):
+                raise NotBatched("an in-place update broadcasting a smaller array")
             if self.active(e.args[1]) and not is_array(self.kind(e.args[1])):
                 # a float's tangent broadcast over the array's elements, per lane
                 self._lifted_b = self.nd(e.args[0])
@@ -348,6 +351,8 @@ class BatchedForward(Forward):
             return
         if self.is_view(st.var):
             raise NotBatched("a view whose tangent is computed per lane")
+        if any(self.active(a) and is_tuple(self.kind(a)) for a in e.args):
+            raise NotBatched("a tuple operand")
         # the scalar path's rule, one lane at a time
         code.add(ind, f"{y} = {self.alloc(st)}", st.loc)
         code.put(ind, For(_LANE, "range(_K)"))
@@ -471,6 +476,9 @@ class BatchedForward(Forward):
         if isinstance(fn, (Checkpointed, Recursive)):
             raise NotBatched("a checkpointed or recursive call")
         if isinstance(fn, GetItem):
+            if is_tuple(self.kind(ops[0])):
+                # an array of a tuple: the element itself (it aliases as the primal's)
+                return f"{self.tz(ops[0])}[{index_src(fn.spec, args[1:])}]"
             if not is_array(self.kind(ops[0])):
                 return None
             if tuple(fn.spec) == ("e",):
