@@ -338,3 +338,68 @@ def test_dict_arguments(target):
         tj = {"w": T["w"][j], "b": T["b"][j]}
         np.testing.assert_allclose(ty[j], zyg.jvp(dict_prog, (p, x), (tj, X[j]), target=target)[1],
                                    rtol=1e-12, atol=1e-12)
+
+
+# -- every case of the forward-mode suite (tests/test_jvp.py) ---------------------------
+import test_jvp as tj  # noqa: E402  (the cases of the reverse-mode suites)
+
+
+def _batched_direction(args, k, seed):
+    rng = np.random.default_rng(seed)
+
+    def one(x):
+        if isinstance(x, tuple):
+            items = [one(e) for e in x]
+            return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
+        if isinstance(x, np.ndarray):
+            return rng.standard_normal((k,) + x.shape).astype(x.dtype) if x.dtype.kind == "f" else None
+        if isinstance(x, float):
+            return rng.standard_normal(k)
+        return None
+    return tuple(one(x) for x in args)
+
+
+def _leaves(v):
+    if isinstance(v, tuple):
+        return [x for e in v for x in _leaves(e)]
+    return [v]
+
+
+def _sweep(case, target):
+    f, args = case
+    if f is tj.tc.chain:
+        from callees import register_rules
+        register_rules()
+    k = 3
+    T = _batched_direction(args, k, 7)
+    if all(t is None for t in _leaves(T)):
+        pytest.skip("no float argument")
+    fresh = tj.shifted(args, tuple(None for _ in args), 0.0)
+    y, ty = zyg.jvp(f, fresh, T, target=target, batched=True)
+    for j in range(k):
+        tjj = tuple(_lane_of(t, j) for t in T)
+        fresh = tj.shifted(args, tuple(None for _ in args), 0.0)
+        _, t1 = zyg.jvp(f, fresh, tjj, target=target)
+        for a, b in zip(_leaves(ty), _leaves(t1)):
+            np.testing.assert_allclose(np.asarray(a)[j], b, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{target}: {f.__name__} lane {j}")
+
+
+def _lane_of(t, j):
+    if t is None:
+        return None
+    if isinstance(t, tuple):
+        items = [_lane_of(x, j) for x in t]
+        return type(t)(*items) if hasattr(t, "_fields") else tuple(items)
+    v = t[j]
+    return float(v) if np.ndim(v) == 0 else v
+
+
+@pytest.mark.parametrize("case", tj.ALL, ids=tj._id)
+def test_sweep_python(case):
+    _sweep(case, "python")
+
+
+@pytest.mark.parametrize("case", tj.CPU[::2], ids=tj._id)
+def test_sweep_cpu(case):
+    _sweep(case, "cpu")

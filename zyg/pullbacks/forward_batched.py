@@ -337,6 +337,7 @@ class BatchedForward(Forward):
         if self.scalar(st.var):
             self.scalar_tangent(st, args, ind, code)
             return
+        self.flush(code)        # an array's tangent reads the numbers' lanes computed so far
         if is_tuple(self.kind(st.var)) and not isinstance(fn, MakeTuple):
             raise NotBatched("a tuple-valued operation")
         tan = self.vector_tangent(st, args)
