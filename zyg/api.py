@@ -530,7 +530,8 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
 
 
 # zyg.hessian by the vector forward mode over the gradient (JAC_CHUNK columns per pass);
-# False: one Hessian-vector product per column (the path before, kept for comparison)
+# False: one Hessian-vector product per column (the path before, kept for comparison);
+# "always": the vector pass also for gradients of loops over numbers (benchmarks)
 HESSIAN_BATCHED = True
 
 
@@ -543,7 +544,7 @@ def _batched_hessian(p, params, kinds, argnum, stem):
         code = bf.emit(stem + "_jvpk")
     except NotBatched:
         return None
-    if not bf.array_math:
+    if not bf.array_math and HESSIAN_BATCHED != "always":
         # a gradient of loops over numbers: the per-column loop of scalar Hessian-vector
         # products is faster there (every value in a register; benchmarks/vector_forward.py)
         return None
