@@ -1,27 +1,37 @@
 """Vector forward mode: ``zyg.jvp(..., batched=True)`` with ``k`` tangents in one pass.
 
 The emitter is :class:`zyg.pullbacks.forward.Forward` with every tangent given a leading
-*lane* axis of length ``_K`` (a parameter of the generated function): the tangent of a
-float is a ``(_K,)`` array, the tangent of an array of shape ``S`` a ``(_K,) + S`` array
-(``jax.vmap``'s default ``in_axes=0``).  The primal runs once; each statement's tangent
-is computed for all lanes together where that is known to be right, and otherwise by a
-loop over the lanes inside the generated code that evaluates the scalar-tangent rule of
-:class:`Forward` on one lane at a time:
+*lane* axis of length ``_K`` (a parameter of the generated function), as ``jax.vmap``
+over the tangents with ``in_axes=0``.  The primal runs once.
 
-* vectorised: tangents that are sums of products of primal coefficients and operand
-  tangents (scalar rules, elementwise array rules whose operand has the result's number
-  of dimensions, or is a float, lifted to ``(_K, 1, ..)``), reads ``a[i]`` / views
-  ``a[i:j]`` (``t_a[:, i]``), writes ``a[i] = v`` (``t_a[:, i] = t_v``), in-place
-  operators, tuples, allocations, control flow (block parameters, loops, returns);
-* per lane: every other rule (reductions, ``np.dot`` / ``@``, linalg, ``np.where``,
-  ``np.array([...])``, rules with branches or calls on the tangent...);
-* refused here (:class:`NotBatched`; ``zyg.jvp`` then runs the scalar jvp once per lane):
-  constructs whose tangent is not a pure function of its operands' tangents -- a view
-  other than a subscript (a reshape or ``.T`` that is written through), zyg.grad or a
-  checkpointed loop inside, communication, tape helpers of generated gradients.
+* **Numbers.**  A float's tangent is a lane buffer ``t_v`` of shape ``(_K,)``, allocated
+  once at the entry (:meth:`BatchedForward.prologue`) and written lane by lane with the
+  scalar path's own expression (``t_v[_l] = t_a[_l] * cos(a)``).  The lane assignments
+  of consecutive statements on numbers, and of the edges after them, are collected and
+  emitted as one ``for _l in range(_K)`` loop (:meth:`defer` / :meth:`flush`): each lane
+  runs the scalar jvp's straight-line code, loops allocate nothing, and every assignment
+  copies (value semantics).  The pending lanes are flushed before anything that reads a
+  tangent or an array a later statement could change: a statement with an array operand,
+  the zero-cotangent test, a branch's condition, an edge's primal part, a return.
+* **Arrays.**  The tangent of an array of shape ``S`` is ``(_K,) + S``.  Subscripts with
+  integers and slices take every lane (``t_a[:, i:j]``, a view as the primal's), writes
+  ``a[i] = v`` write ``t_a[:, i] = t_v``, in-place operators update every lane (a float
+  operand's tangent reshaped to ``(_K, 1, ..)``).  Elementwise rules whose push-forward
+  is linear-safe in the operand's tangent (:func:`_linear_safe`: reached through ``+ - *
+  /`` and ``_zyg_mulnz`` only) are one broadcasting expression for all lanes.
+* **Per lane.**  Every other rule is a loop over the lanes in the generated code that
+  evaluates the scalar path's rule on ``t_x[_l]`` into ``t_y[_l]`` of a new ``(_K,) + S``
+  array: reductions, ``np.dot`` / ``@``, linalg, ``np.where``, ``np.array([...])``,
+  fancy indexing, writes that broadcast, the tape helpers of generated gradients
+  (``push_array`` writes in place while the primal's tape keeps its size).
+* **Not batched** (:class:`NotBatched`; ``zyg.jvp`` then runs the scalar jvp once per
+  lane): a view other than such a subscript (a reshape view, ``.T``, computed per lane
+  would not alias), an in-place update broadcasting a smaller active array, tuple-valued
+  operations other than building a tuple, ``zyg.grad`` or checkpointed loops inside,
+  communication (MPI).
 
-Numbers within a lane loop are the same expressions the scalar path emits, so a lane's
-tangent equals the single jvp's to rounding (exactly, for these rules).
+A lane's numbers are the scalar path's expressions, so each lane equals the single jvp
+with that lane's tangents (tests/test_jvp_batched.py).
 """
 from __future__ import annotations
 
@@ -96,7 +106,6 @@ class BatchedForward(Forward):
     def __init__(self, p):
         super().__init__(p)
         self.lane = None        # "_l" while a statement's tangent is emitted per lane
-        self.holes = None       # {operand index: placeholder} while a rule is checked
         self.array_math = 0     # statements computing an array tangent by a rule
 
     # -- tangents of operands -----------------------------------------------------------
@@ -165,6 +174,22 @@ class BatchedForward(Forward):
         from ..ssa.ir import Undef
         params = self.fn.blocks[target].params
         lhs, rhs, llhs, lrhs = [], [], [], []
+        self._in_stmt = True        # names only: the pending lanes stay pending
+        try:
+            self._edge_parts(params, args, lhs, rhs, llhs, lrhs)
+        finally:
+            self._in_stmt = False
+        if llhs:
+            # the lanes' parallel assignment joins the pending lane loop
+            self.defer(ind, f"{', '.join(llhs)} = {', '.join(lrhs)}", None, code)
+        self.flush(code)
+        if lhs:
+            code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
+        if goto:
+            code.add(ind, f"_blk = {target}")
+
+    def _edge_parts(self, params, args, lhs, rhs, llhs, lrhs) -> None:
+        from ..ssa.ir import Undef
         for p, a in zip(params, args):
             lhs.append(var_name(p))
             rhs.append(zero_of_kind(self.kind(p)) if isinstance(a, Undef) else self.src(a))
@@ -177,14 +202,6 @@ class BatchedForward(Forward):
             else:
                 lhs.append("t_" + var_name(p))
                 rhs.append(self.tzero(self.kind(p)) if isinstance(a, Undef) else self.tz(a))
-        if llhs:
-            # the lanes' parallel assignment joins the pending lane loop
-            self.defer(ind, f"{', '.join(llhs)} = {', '.join(lrhs)}", None, code)
-        self.flush(code)
-        if lhs:
-            code.add(ind, f"{', '.join(lhs)} = {', '.join(rhs)}")
-        if goto:
-            code.add(ind, f"_blk = {target}")
 
     def basic(self, spec, ops) -> bool:
         """A subscript of integers and slices only (then ``t[:, idx]`` is every lane's)."""
