@@ -296,7 +296,6 @@ def _jvp_batched(f, primals, tangents, target):
     """``jvp(..., batched=True)``: one pass of the vector forward mode, or where the
     function has a construct that has no vector form (forward_batched.NotBatched), the
     scalar jvp once per lane."""
-    f0 = f
     f, primals = _bind(f, primals)
     tangents = tangents + (None,) * (len(primals) - len(tangents))
     backend = backends.host(target, "jvp")
@@ -333,7 +332,6 @@ def _jvp_batched(f, primals, tangents, target):
                 entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, batched=True)
     if entry[0] is None:
         # per lane: the scalar jvp k times
-        del f0
         outs = [jvp(f, primals[:nuser], tuple(_lane(t, j) for t in tangents[:nuser]),
                     target=target) for j in range(K)]
         return outs[0][0], _stack([o[1] for o in outs])

@@ -38,14 +38,16 @@ from __future__ import annotations
 import ast
 from typing import List
 
+import numpy as np
+
 from ..rules import registry
 from ..ssa.analysis import array_dtype, array_ndim, is_array, is_tuple
-from ..ssa.emit import For, INFIX, PREFIX, Code, var_name
+from ..ssa.emit import For, Code, var_name
 from ..ssa.emit import Else as _Else, If as _If
 from ..ssa.ir import Stmt, Var
 from ..ssa.prims import ArrayOf, Attr, GetItem, InPlace, MakeTuple, SetItem, Stacked, index_src
 from . import guards
-from .arrays import inplace_src, zero_of as zero_of_kind
+from .arrays import zero_of as zero_of_kind
 from .forward import Forward, _helper_linear
 from .reshapes import is_reshape
 
@@ -55,7 +57,7 @@ _HOLE = "_zyg_T_"       # a placeholder for an operand's tangent while checking 
 _SAFE_BIN = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 _SAFE_UN = (ast.USub, ast.UAdd)
 # a call of these on an array tangent of the result's shape is the same call on all lanes
-_SAME_CALL = {"copy", "ascontiguousarray", "asarray"}
+_SAME_CALL = {np.copy, np.ascontiguousarray, np.asarray}
 
 
 class NotBatched(Exception):
@@ -359,7 +361,7 @@ class BatchedForward(Forward):
             raise NotBatched("a tuple-valued operation")
         tan = self.vector_tangent(st, args)
         if not isinstance(fn, (GetItem, Attr, MakeTuple)) and \
-                getattr(fn, "__name__", "") not in _SAME_CALL and \
+                fn not in _SAME_CALL and \
                 any(self.active(a) and is_array(self.kind(a)) for a in e.args):
             self.array_math += 1
         if tan is not None:
@@ -530,24 +532,25 @@ class BatchedForward(Forward):
     def vector_array(self, st, args, act, kinds, fn):
         """Elementwise rules (ufuncs, operators, the listed elementwise functions) whose
         push-forward is linear-safe in the operand's tangent; a float operand lifted."""
-        import numpy as np
         from ..rules import arrays as arules, dispatch
         from ..ssa.ir import Const, Undef
-        from .forward import _ELEMENTWISE
+        from .forward import _BILINEAR, _ELEMENTWISE, _LINEAR, _LINEAR_ALL
         e = st.expr
         ops = e.args
         if not is_array(self.kind(st.var)):
             return None
-        name = getattr(fn, "__name__", "")
-        if fn in (np.copy, np.ascontiguousarray, np.asarray) or name in _SAME_CALL:
+        if fn in _SAME_CALL:
             if len(ops) == 1 and not e.kwargs and is_array(kinds[0]):
-                return f"np.{name}({self.tz(ops[0])})" if name != "copy" else f"{self.tz(ops[0])}.copy()"
+                return f"{self.ns.ref(fn)}({self.tz(ops[0])})"
+            return None
+        if fn in _BILINEAR or fn in _LINEAR or fn in _LINEAR_ALL:
             return None
         r = dispatch.rule_for(fn)
         if r is None or r.fwd is not None:
             return None
-        elementwise = r.broadcast or fn in _ELEMENTWISE or isinstance(fn, np.ufunc) or \
-            fn in INFIX or fn in PREFIX
+        # as Forward.array_tangent: elementwise only for these (a scalar rule says nothing
+        # about what a function does to an array)
+        elementwise = r.broadcast or fn in _ELEMENTWISE or isinstance(fn, np.ufunc)
         if not elementwise or e.kwargs:
             return None
         ny = self.nd(st.var)
