@@ -11,11 +11,13 @@ outcome (and traceback) as JSON.  Simulated threads cost ~85 us each: grids stay
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import traceback
 
 import numpy as np
+import numba
 
 try:
     import pytest
@@ -465,6 +467,448 @@ def check_refusals():
         raise AssertionError("vmap of an allocating function was not refused")
 
 
+# -- adjoints of whole kernels: zyg.vjp(kernel) ------------------------------------------------
+# written as numba.cuda users write kernels; wrapped with cuda.jit in the checks (cuda is bound
+# only in the child)
+
+def k_map(x, y, n):
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = math.sin(x[i]) * x[i]
+
+
+def k_stencil(u, out, n):
+    """Neighbour reads: the shadow of u takes atomic additions from three threads."""
+    i = cuda.grid(1)
+    if i > 0 and i < n - 1:
+        out[i] = u[i - 1] - 2.0 * u[i] + u[i + 1] * u[i]
+
+
+def k_inplace(x, w, n, m):
+    """Writes read back and overwritten in a loop: rewound by the adjoint."""
+    i = cuda.grid(1)
+    if i < n:
+        for k in range(m):
+            t = x[i]
+            s = t * w[k]
+            if s > 0:
+                x[i] = s + math.cos(t)
+            else:
+                x[i] = 0.5 * t
+
+
+def k_scatter(x, idx, acc, n):
+    """cuda.atomic.add into a histogram with repeated bins."""
+    i = cuda.grid(1)
+    if i < n:
+        cuda.atomic.add(acc, idx[i], x[i] * x[i])
+
+
+def _bump(a, b):
+    return a * math.exp(-b * b)
+
+
+def k_loops(x, w, y, n, m):
+    """An early return, a helper, a counted while loop, a data-dependent while loop."""
+    i = cuda.grid(1)
+    if i >= n:
+        return
+    s = 0.0
+    k = 0
+    while k < m:
+        s += _bump(w[k], x[i] - 0.1 * k)
+        k += 1
+    t = x[i]
+    while abs(t) > 1e-3:
+        t *= 0.5
+    y[i] = s + t
+
+
+def k_grid2(a, b, n, m):
+    i, j = cuda.grid(2)
+    if i < n and j < m:
+        b[i, j] = a[i, j] * a[j % n, i % m] + math.tanh(a[i, j])
+
+
+def k_shared(x, y, n):
+    """A tile in shared memory read at the neighbour's element after a barrier, with a
+    data-dependent loop before it (its tape may overflow: the block skips its adjoint
+    together)."""
+    s = cuda.shared.array(16, numba.float64)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    v = 0.0
+    if i < n:
+        v = x[i]
+        while abs(v) > 0.05:
+            v *= 0.5
+        s[t] = x[i] * x[i] + v
+    else:
+        s[t] = 0.0
+    cuda.syncthreads()
+    if i < n and t < 15:
+        y[i] = s[t] * math.sin(s[t + 1]) + x[i]
+
+
+def k_shared_2d(a, out, n):
+    """A 2-D tile and three barriers: a transpose through shared memory, then the sum of
+    each tile row by the row's first thread."""
+    tile = cuda.shared.array((4, 4), numba.float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    i, j = cuda.grid(2)
+    if i < n and j < n:
+        tile[tx, ty] = a[i, j] * a[i, j]
+    else:
+        tile[tx, ty] = 0.0
+    cuda.syncthreads()
+    w = tile[ty, tx]
+    cuda.syncthreads()
+    tile[tx, ty] = math.exp(w * 0.1)
+    cuda.syncthreads()
+    if ty == 0 and i < n:
+        acc = 0.0
+        for k in range(4):
+            acc += tile[tx, k]
+        out[i, cuda.blockIdx.y] = acc
+
+
+def mix_nll(mu, w, x):
+    """A Gaussian mixture's negative log-likelihood of one point: every thread reads the
+    same parameters (their shadows take atomic additions)."""
+    m = -1e300
+    for k in range(mu.shape[0]):
+        d = x - mu[k]
+        m = max(m, -0.5 * d * d)
+    s = 0.0
+    for k in range(mu.shape[0]):
+        d = x - mu[k]
+        s += w[k] * math.exp(-0.5 * d * d - m)
+    return -(m + math.log(s))
+
+
+def row_energy(r, c):
+    """A function of one row, which it also scales in place (the write is rewound by the
+    adjoint, then done again)."""
+    e = 0.0
+    for k in range(r.shape[0]):
+        r[k] = r[k] * c
+        e += math.sin(r[k]) * r[k]
+    return e
+
+
+def k_gmm(xs, mu, logw, out, n, K, d):
+    """A mixture's log-likelihood per point: every thread reads all of mu and logw (shared
+    parameters: their shadows are summed per block in shared memory)."""
+    i = cuda.grid(1)
+    if i >= n:
+        return
+    m = -1e300
+    for k in range(K):
+        q = 0.0
+        for j in range(d):
+            r = xs[i, j] - mu[k, j]
+            q += r * r
+        m = max(m, logw[k] - 0.5 * q)
+    s = 0.0
+    for k in range(K):
+        q = 0.0
+        for j in range(d):
+            r = xs[i, j] - mu[k, j]
+            q += r * r
+        s += math.exp(logw[k] - 0.5 * q - m)
+    out[i] = m + math.log(s)
+
+
+def k_block_sum(x, w, out, n):
+    """A local scratch array, then a shared-memory tree reduction: barriers in a loop whose
+    trip count is the same for every thread, and one atomic addition per block."""
+    sh = cuda.shared.array(16, numba.float64)
+    scratch = cuda.local.array(3, numba.float64)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    v = 0.0
+    if i < n:
+        for k in range(3):
+            scratch[k] = x[i] * w[k]
+        for k in range(3):
+            v += math.sin(scratch[k]) * scratch[(k + 1) % 3]
+    sh[t] = v
+    cuda.syncthreads()
+    s = 8
+    while s > 0:
+        if t < s:
+            sh[t] += sh[t + s]
+        cuda.syncthreads()
+        s //= 2
+    if t == 0:
+        cuda.atomic.add(out, 0, sh[0])
+
+
+SCALE = 2.0
+
+
+def k_global(x, y, n):
+    """Reads a module global, which the user may rebind between launches."""
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = SCALE * x[i] * x[i]
+
+
+def k_refused_sync(x, n):
+    i = cuda.grid(1)
+    if i < n:
+        cuda.syncthreads()
+        x[i] = 2.0 * x[i]
+
+
+def _kernel_directional(kern, cfg, args, k, bars, v, h=1e-6):
+    """Central difference of sum(bars[o] * out_o) after a launch, along ``v`` in argument k
+    (simulated launches are slow: a few directions check a shadow, not one per element)."""
+    import numpy as np
+    vals = []
+    for sgn in (1, -1):
+        a = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+        a[k] = a[k] + sgn * h * v
+        kern[cfg](*a)
+        vals.append(sum(float(np.sum(a[o] * b)) for o, b in bars.items()))
+    return (vals[0] - vals[1]) / (2 * h)
+
+
+def _kernel_case(plain, cfg, args, bars, tol=1e-6):
+    """Launch zyg.vjp(kernel) with shadows seeded from ``bars`` (argument -> cotangent of its
+    final contents); compare every float array's shadow with central differences of the
+    kernel, and the arrays the adjoint leaves with a launch of the kernel."""
+    import numpy as np
+    import zyg
+    kern = cuda.jit(plain)
+    dk = zyg.vjp(kern)
+    own = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+    full, shadows = [], {}
+    for i, a in enumerate(own):
+        full.append(a)
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            shadows[i] = np.array(bars[i], dtype=a.dtype) if i in bars else np.zeros_like(a)
+            full.append(shadows[i])
+    dk[cfg](*full)
+    ref = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+    kern[cfg](*ref)
+    for i, a in enumerate(own):
+        if isinstance(a, np.ndarray):
+            _close(a, ref[i], 1e-12, f"{plain.__name__}: argument {i} after the adjoint")
+    rng = np.random.default_rng(5)
+    for i in shadows:
+        # the cotangent of the contents before (d/d(before) of sum(bar * after)), along
+        # three random directions and the unit vector of the largest entry
+        dirs = [rng.normal(size=args[i].shape) for _ in range(3)]
+        e = np.zeros(args[i].shape)
+        e.flat[int(np.argmax(np.abs(shadows[i])))] = 1.0
+        for v in dirs + [e]:
+            fd = _kernel_directional(kern, cfg, args, i, bars, v)
+            _close(np.array([float(np.sum(shadows[i] * v))]), np.array([fd]), tol,
+                   f"{plain.__name__}: shadow of argument {i} along a direction")
+    assert any(np.any(shadows[i] != 0) for i in shadows), f"{plain.__name__}: every shadow is zero"
+    return dk
+
+
+def check_kernel_adjoints():
+    import numpy as np
+    rng = np.random.default_rng(7)
+    n = 20
+    x = rng.normal(size=n)
+    _kernel_case(k_map, (2, 16), [x, np.zeros(n), n], {1: rng.normal(size=n)})
+    _kernel_case(k_stencil, (2, 16), [x, np.zeros(n), n], {1: rng.normal(size=n)})
+    _kernel_case(k_inplace, (2, 16), [x * 0.3, rng.normal(size=3), n, 3], {0: rng.normal(size=n)})
+    idx = rng.integers(0, 4, size=n)
+    _kernel_case(k_scatter, (2, 16), [x, idx, np.zeros(4), n], {2: rng.normal(size=4)})
+    a = rng.normal(size=(4, 5))
+    _kernel_case(k_grid2, ((2, 3), (2, 2)), [a, np.zeros((4, 5)), 4, 5], {1: rng.normal(size=(4, 5))})
+
+
+def check_kernel_block_staged_shadows():
+    """Shared parameters' shadows staged per block (the launcher decides from the kernel's
+    SSA: never written, read at indices independent of the thread); the points' shadow is
+    not staged (read at the thread's row)."""
+    import numpy as np
+    from zyg import cuda_kernel as ck
+    rng = np.random.default_rng(4)
+    n, K, d = 40, 3, 2
+    kinds = ["f8[2]", "f8[2]", "f8[1]", "f8[1]", "int", "int", "int"]
+    assert ck.shared_parameters(k_gmm, kinds) == [1, 2], ck.shared_parameters(k_gmm, kinds)
+    _kernel_case(k_gmm, (3, 16), [rng.normal(size=(n, d)), rng.normal(size=(K, d)),
+                                 rng.normal(size=K), np.zeros(n), n, K, d], {3: rng.normal(size=n)})
+    staged = [b for key, b in ck._BUILT.items() if key[0] is k_gmm]
+    assert staged and all(b.staged == [1, 2] for b in staged), [b.staged for b in staged]
+    # the points are read in the thread's own row (xs[i, j], i = cuda.grid(1)): plain
+    # additions (out is only written: nothing is added into its shadow by reads)
+    assert ck.private_parameters(k_gmm, kinds) == [0, 3], ck.private_parameters(k_gmm, kinds)
+    assert all(b.private == [0, 3] for b in staged), [b.private for b in staged]
+    # neighbour reads are not private; a 2-D launch never is
+    assert ck.private_parameters(k_stencil, ["f8[1]", "f8[1]", "int"]) == [1]     # u[i - 1]: not u
+    assert ck.private_parameters(k_map, ["f8[1]", "f8[1]", "int"]) == [0, 1]
+
+
+def check_kernel_shared_memory_and_barriers():
+    import numpy as np
+    import zyg.cuda as zc
+    rng = np.random.default_rng(11)
+    n = 28
+    _kernel_case(k_shared, (2, 16), [rng.normal(size=n), np.zeros(n), n], {1: rng.normal(size=n)})
+    a = rng.normal(size=(6, 6))
+    _kernel_case(k_shared_2d, ((2, 2), (4, 4)), [a, np.zeros((6, 2)), 6], {1: rng.normal(size=(6, 2))})
+    _kernel_case(k_block_sum, (3, 16), [rng.normal(size=40), rng.normal(size=3), np.zeros(1), 40],
+                 {2: np.array([1.0])})
+    # a 2-item tape: some threads of a block run out, the block skips its adjoint together
+    # (a thread leaving alone would leave the others waiting at the adjoint's barriers)
+    old = zc.tape_size()
+    zc.set_tape_size(2)
+    try:
+        _kernel_case(k_shared, (2, 16), [rng.normal(size=n) * 4, np.zeros(n), n],
+                     {1: rng.normal(size=n)})
+    finally:
+        zc.set_tape_size(old)
+
+
+def check_kernel_rewound_writes_run_the_primal_again():
+    from zyg import cuda_kernel as ck
+    b = ck.build(cuda.jit(k_inplace), ["f8[1]", "f8[1]", "int", "int"], 256)
+    assert b.final, "k_inplace's writes are rewound: its primal must run again"
+    b = ck.build(cuda.jit(k_map), ["f8[1]", "f8[1]", "int"], 256)
+    assert not b.final, "k_map's writes need no rewinding"
+
+
+def check_kernel_tape_overflow_relaunch():
+    """A data-dependent while loop on a 4-item tape: the launch overflows, the arrays and
+    shadows are restored, and the adjoint is launched again with a larger tape."""
+    import numpy as np
+    import zyg.cuda as zc
+    from zyg import cuda_kernel as ck
+    rng = np.random.default_rng(3)
+    n, m = 12, 5
+    old = zc.tape_size()
+    zc.set_tape_size(4)
+    try:
+        before = {k[2] for k in ck._BUILT if k[0] is k_loops}
+        _kernel_case(k_loops, (1, 16), [rng.normal(size=n), rng.normal(size=m), np.zeros(n), n, m],
+                     {2: rng.normal(size=n)})
+        sizes = {k[2] for k in ck._BUILT if k[0] is k_loops} - before
+        assert len(sizes) >= 2, f"no relaunch with a larger tape: {sizes}"
+    finally:
+        zc.set_tape_size(old)
+
+
+def check_device_vjp():
+    """zyg.vjp(f, target="cuda"): atomic shadows of shared parameters, plain shadows of
+    rows private to a thread, a function writing into its argument."""
+    import numpy as np
+    import zyg
+    g = zyg.vjp(mix_nll, argnums=(0, 1), target="cuda")
+    gp = zyg.vjp(row_energy, target="cuda", accumulate="plain")
+
+    def kern(mu, dmu, w, dw, xs, out, rows, drows, c):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            out[i] = g(mu, dmu, w, dw, xs[i], 1.0) + gp(rows[i], drows[i], c, 0.5)
+    kern = cuda.jit(kern)
+    rng = np.random.default_rng(2)
+    K, N = 4, 24
+    mu, w, xs = rng.normal(size=K), rng.uniform(0.5, 1.5, size=K), rng.normal(size=N)
+    rows = rng.normal(size=(N, 3))
+    dmu, dw, out, drows = np.zeros(K), np.zeros(K), np.zeros(N), np.zeros((N, 3))
+    rows_after = rows.copy()
+    kern[2, 16](mu, dmu, w, dw, xs, out, rows_after, drows, 1.3)
+    r2 = rows.copy()
+    ref = np.array([mix_nll(mu, w, x) for x in xs]) + np.array([row_energy(r2[i], 1.3) for i in range(N)])
+    _close(out, ref, 1e-12, "device vjp values")
+    _close(rows_after, r2, 1e-12, "rows written as the primal writes them")
+
+    def total(mu, w):
+        return sum(mix_nll(mu, w, x) for x in xs)
+    gmu = np.array([(total(mu + 1e-6 * e, w) - total(mu - 1e-6 * e, w)) / 2e-6 for e in np.eye(K)])
+    gw = np.array([(total(mu, w + 1e-6 * e) - total(mu, w - 1e-6 * e)) / 2e-6 for e in np.eye(K)])
+    _close(dmu, gmu, 1e-6, "shared parameters (atomic): mu")
+    _close(dw, gw, 1e-6, "shared parameters (atomic): w")
+    for i in range(N):
+        gr = np.array([(row_energy(rows[i] + 1e-6 * e, 1.3) - row_energy(rows[i] - 1e-6 * e, 1.3)) / 2e-6
+                       for e in np.eye(3)]) * 0.5
+        _close(drows[i], gr, 1e-6, f"private rows (plain): row {i}")
+
+
+def check_kernel_float32_and_globals():
+    """float32 arrays and shadows; a global the kernel reads, rebound between launches."""
+    import numpy as np
+    import zyg
+    global SCALE
+    rng = np.random.default_rng(8)
+    # float32: against the float64 adjoint (checked against differences elsewhere), to
+    # float32's precision (central differences in float32 are noise)
+    x, bar = rng.normal(size=20), rng.normal(size=20)
+    shadows = {}
+    for dt in (np.float32, np.float64):
+        dx, y, dy = np.zeros(20, dt), np.zeros(20, dt), bar.astype(dt)
+        zyg.vjp(cuda.jit(k_stencil))[2, 16](x.astype(dt), dx, y, dy, 20)
+        assert dx.dtype == dt
+        shadows[dt] = dx
+    _close(shadows[np.float32], shadows[np.float64], 1e-5, "float32 shadows")
+    dk = zyg.vjp(cuda.jit(k_global))
+    x = rng.normal(size=20)
+    for scale in (2.0, -3.0):
+        SCALE = scale
+        dx, y, dy = np.zeros(20), np.zeros(20), np.ones(20)
+        dk[2, 16](x, dx, y, dy, 20)
+        _close(dx, 2.0 * scale * x, 1e-12, f"global rebound to {scale}: gradient")
+        _close(y, scale * x * x, 1e-12, f"global rebound to {scale}: value")
+    SCALE = 2.0
+
+
+def check_kernel_refusals():
+    import numpy as np
+    import zyg
+    try:
+        zyg.vjp(cuda.jit(k_refused_sync))[1, 4](np.ones(4), np.zeros(4), 4)
+    except zyg.UnsupportedSyntax as e:
+        assert "different paths" in str(e) and e.filename.endswith("test_cuda_sim.py"), str(e)
+    else:
+        raise AssertionError("a barrier in a branch was not refused")
+    x = np.ones(8)
+    try:
+        zyg.vjp(cuda.jit(k_map))[1, 8](x, np.zeros(8), x, np.zeros(8), 8)
+    except zyg.AliasedArguments as e:
+        assert "share memory" in str(e), str(e)
+    else:
+        raise AssertionError("the same array passed twice was not refused")
+    try:
+        zyg.vjp(cuda.jit(k_map))[1, 8](x, x, np.zeros(8), np.zeros(8), 8)
+    except zyg.AliasedArguments:
+        pass
+    else:
+        raise AssertionError("an array passed as its own shadow was not refused")
+    try:
+        zyg.vjp(3.0)
+    except TypeError as e:
+        assert "@cuda.jit kernel or a plain function" in str(e)
+    else:
+        raise AssertionError("a number was taken for a kernel")
+    # a kernel's body passed as a plain function is a device function's vjp, which needs a
+    # number as result
+    g = zyg.vjp(k_map, argnums=0, target="cuda")
+
+    def calls(x, dx, y, n):
+        g(x, dx, y, n, 1.0)
+    try:
+        cuda.jit(calls)[1, 4](np.ones(4), np.zeros(4), np.zeros(4), 4)
+    except zyg.ZygError as e:
+        assert "real scalar" in str(e) or "number" in str(e), str(e)
+    else:
+        raise AssertionError("a device vjp of a function returning None was not refused")
+    try:
+        zyg.vjp(cuda.jit(k_map))[1, 4](np.ones(4), np.zeros(4), 4)
+    except TypeError as e:
+        assert "followed by its shadow" in str(e), str(e)
+    else:
+        raise AssertionError("missing shadows were not refused")
+
+
 # -- driverless PTX: the real compilation path, without a GPU ---------------------------------
 
 class Skip(Exception):
@@ -544,6 +988,64 @@ def ptx_vmap_kernels():
         b = zyg.vmap(fn, target="cuda")._zyg_batch
         kern, _, _ = b._kernel(kinds, ax, cu)
         _ptx(kern.py_func, sig)
+
+
+def _atomic_add(ptx: str, space: str = "global") -> bool:
+    """A float atomic addition in ``ptx``: in ``space``, or through a generic address
+    (NVIDIA's numba-cuda emits ``atom.add.f64``, numba's built-in target ``atom.global``)."""
+    return bool(re.search(rf"\batom(\.{space})?\.add\.f(32|64)", ptx))
+
+
+def ptx_kernel_adjoints():
+    """The generated adjoint kernels and device vector-Jacobian products compile to PTX
+    (local tapes, global atomics, barriers and shared memory)."""
+    import numba
+    import zyg
+    from zyg import cuda_kernel as ck
+    i8, a1, a2, i1 = numba.int64, numba.float64[:], numba.float64[:, :], numba.int64[:]
+    cases = [
+        (k_map, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
+        (k_stencil, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
+        (k_inplace, ["f8[1]", "f8[1]", "int", "int"], (a1, a1, a1, a1, i8, i8)),
+        (k_scatter, ["f8[1]", "i8[1]", "f8[1]", "int"], (a1, a1, i1, a1, a1, i8)),
+        (k_loops, ["f8[1]", "f8[1]", "f8[1]", "int", "int"], (a1, a1, a1, a1, a1, a1, i8, i8)),
+        (k_grid2, ["f8[2]", "f8[2]", "int", "int"], (a2, a2, a2, a2, i8, i8)),
+        (k_shared, ["f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, i8)),
+        (k_gmm, ["f8[2]", "f8[2]", "f8[1]", "f8[1]", "int", "int", "int"],
+         (a2, a2, a2, a2, a1, a1, a1, a1, i8, i8, i8)),
+        (k_shared_2d, ["f8[2]", "f8[2]", "int"], (a2, a2, a2, a2, i8)),
+        (k_block_sum, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
+        (k_stencil, ["f4[1]", "f4[1]", "int"], (numba.float32[:],) * 4 + (i8,)),
+    ]
+    g = zyg.vjp(mix_nll, argnums=(0, 1), target="cuda")
+    gp = zyg.vjp(row_energy, target="cuda", accumulate="plain")
+
+    def kern(mu, dmu, w, dw, xs, out, rows, drows, c):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            out[i] = g(mu, dmu, w, dw, xs[i], 1.0) + gp(rows[i], drows[i], c, 0.5)
+    ptx = _ptx(kern, (a1, a1, a1, a1, a1, a1, a2, a2, numba.float64))
+    assert _atomic_add(ptx)                 # the shared parameters' shadows
+    # the kernels of tests/test_cuda_tape.py and examples/cuda_kernels.py, whose adjoints the
+    # tape launches under the simulator there
+    import test_cuda_tape as tt
+    tt.cuda, tt.numba = cuda, numba
+    f8 = numba.float64
+    cases += [
+        (tt.heat_step, ["f8[1]", "f8[1]", "int", "float"], (a1, a1, a1, a1, i8, f8)),
+        (tt.map_k, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
+        (tt.stencil_k, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
+        (tt.fill_k, ["f8[1]", "int"], (a1, a1, i8)),
+    ]
+    for plain, kinds, sig in cases:
+        staged = ((1, (3, 2)), (2, (3,))) if plain is k_gmm else ()
+        b = ck.build(cuda.jit(plain), kinds, 256, staged)
+        ptx = _ptx(b.kernel.py_func, sig + ((i1,) if b.checked else ()))   # the status word
+        if staged:
+            assert _atomic_add(ptx, "shared"), "staged shadows add in shared memory"
+        assert _atomic_add(ptx) or plain in (k_map, tt.fill_k), plain.__name__
+        if plain in (k_shared, k_shared_2d, k_block_sum):
+            assert re.search(r"\b(bar|barrier)\.sync", ptx) and ".shared" in ptx, plain.__name__
 
 
 CHECKS = [n for n in list(globals()) if n.startswith("check_")]

@@ -26,7 +26,7 @@ LAYERS = [
     ("driver", lambda m: m in ("zyg.driver", "zyg.safety", "zyg.entry")),
     ("nested transforms", lambda m: m in NESTED),
     ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table",
-                            "zyg.cuda", "zyg.sparse") or m == "zyg.tasks" or m.startswith("zyg.tasks.") or
+                            "zyg.cuda", "zyg.cuda_kernel", "zyg.cuda_tape", "zyg.sparse") or m == "zyg.tasks" or m.startswith("zyg.tasks.") or
      m == "zyg.interop" or m.startswith("zyg.interop.")),
 ]
 NESTED = ("zyg.pullbacks.ckloop", "zyg.pullbacks.recursion", "zyg.pullbacks.gradcall")

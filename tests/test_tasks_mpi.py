@@ -34,7 +34,10 @@ def mpi_starts():
     """Two ranks of a trivial program: where the machine cannot start MPI at all (no shared
     memory, no local sockets), the tests are skipped with mpiexec's own words; where it can,
     every case must pass."""
-    code = "import numba_mpi as m; assert m.size() == 2; m.barrier(); print('up', m.rank())"
+    # one write per rank ("up 0\n"): print('up', r) writes its pieces one by one where
+    # stdout is unbuffered (PYTHONUNBUFFERED), and the ranks' pieces interleave ("upup 0")
+    code = ("import sys, numba_mpi as m; assert m.size() == 2; m.barrier(); "
+            "sys.stdout.write('up %d\\n' % m.rank())")
     try:
         p = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-c", code], capture_output=True,
                            text=True, timeout=180)

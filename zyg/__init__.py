@@ -24,6 +24,8 @@ from .api import (grad, value_and_grad, pullback, jvp, hvp, hessian, jacobian,  
 from .numerics import set_boundscheck  # noqa: F401
 from .compile import set_compile_notice  # noqa: F401
 from .cuda import vmap  # noqa: F401
+from .cuda_kernel import vjp  # noqa: F401
+from . import cuda_tape as _cuda_tape  # noqa: F401  (zyg.cuda.Tape)
 from .check import check_grads, GradCheckError  # noqa: F401
 from . import tasks  # noqa: F401  (gradient objects pickle: zyg/tasks/pickling.py)
 
@@ -57,4 +59,4 @@ __all__ = ["checkpoint", "checkpointed_range", "hook", "check_grads", "GradCheck
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
            "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback", "ShapeChanged",
            "NotPicklable",
-           "set_boundscheck", "set_compile_notice", "vmap"]
+           "set_boundscheck", "set_compile_notice", "vmap", "vjp"]

@@ -44,7 +44,17 @@ def write_source(text: str, stem: str) -> str:
         fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.replace(tmp, path)
+        try:
+            # where another process (an MPI rank, a pytest worker) wrote it meanwhile, its
+            # file stays: replacing it would change the modification time that numba's
+            # cache index of it was stamped with
+            os.link(tmp, path)
+            os.remove(tmp)
+        except OSError:
+            if _holds(path, text):
+                os.remove(tmp)
+            else:
+                os.replace(tmp, path)
     return path
 
 
@@ -119,8 +129,11 @@ def _names_of(co: types.CodeType) -> List[str]:
     return out
 
 
+# numba_mpi: its functions read addresses of this process (mpi4py's handles), and code
+# that calls them is never cached by numba (it calls MPI through ctypes pointers); hashing
+# those addresses made the generated text differ from rank to rank (tasks/mpi_native.py)
 _LIBRARY_MODULES = {"numpy", "numba", "math", "cmath", "builtins", "scipy", "zyg", "operator",
-                    "llvmlite"}
+                    "llvmlite", "numba_mpi"}
 
 
 def fingerprint(ns: Dict[str, Any]) -> str:
@@ -228,8 +241,61 @@ def compile_notice(fname: str, locs=None):
 
 
 def compile_for_types(dispatcher, sig: tuple) -> None:
-    with _numba_recursion_limit():
+    with _numba_recursion_limit(), _other_processes_wait(dispatcher):
         _compile_for_types(dispatcher, sig)
+
+
+#: longest wait (seconds) for another process compiling the same module
+COMPILE_WAIT = 900.0
+
+
+@contextlib.contextmanager
+def _other_processes_wait(dispatcher):
+    """While this process compiles a module numba caches on disk, other processes that
+    compile the same module (the ranks of an MPI program, pytest's workers, a pool's
+    workers) wait for it, then load its machine code from the cache instead of compiling it
+    too.  A lock file beside numba's index, held with ``flock`` (released if the process
+    dies); taken inside numba's own compiler lock, so that this process's threads queue on
+    numba's lock first.  After ``COMPILE_WAIT`` seconds a process compiles anyway."""
+    try:
+        import fcntl
+        cache = dispatcher._cache
+        path = os.path.join(cache._cache_path, cache._cache_file._index_name + ".zyglock")
+    except (ImportError, AttributeError):       # no disk cache (NullCache) or no flock
+        yield
+        return
+    from numba.core.compiler_lock import global_compiler_lock
+    with global_compiler_lock:
+        if path in _HELD:            # this process holds it (a nested compile of the module)
+            yield
+            return
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            yield
+            return
+        # inside another module's compile (this process holds its lock) nobody waits: two
+        # processes each holding one module's lock and compiling the other's as a callee
+        # would otherwise wait for each other until COMPILE_WAIT
+        nested = bool(_HELD)
+        _HELD.add(path)
+        try:
+            deadline = time.monotonic() + (0.0 if nested else COMPILE_WAIT)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+            yield
+        finally:
+            _HELD.discard(path)
+            os.close(fd)        # releases the lock
+
+
+_HELD: set = set()      # lock files this process holds (under numba's compiler lock)
 
 
 def _compile_for_types(dispatcher, sig: tuple) -> None:

@@ -267,11 +267,12 @@ def device_transform(f: Callable, argnums, mode: str, doc: str) -> Callable:
 
 # -- batches ------------------------------------------------------------------------------
 
-def _array_params(f: Callable) -> Dict[int, int]:
+def _array_params(f: Callable, ir=None) -> Dict[int, int]:
     """Parameters of ``f`` that it indexes or asks an array attribute of (it takes arrays
-    there), and the dimensions it indexes them with (at least 1)."""
+    there), and the dimensions it indexes them with (at least 1).  ``ir``: its SSA IR when
+    the caller lowered it itself."""
     from .ssa.prims import Attr, GetItem
-    ir = ssa_of(f)
+    ir = ssa_of(f) if ir is None else ir
     ps = {q.id: k for k, q in enumerate(ir.params[:ir.nargs])}
     out: Dict[int, int] = {}
     for blk in ir.iter_blocks():

@@ -280,8 +280,62 @@ def numba_ready() -> None:
         from numba.core.registry import cpu_target
         cpu_target.typing_context.refresh()
         cpu_target.target_context.refresh()
+        _install_dead_global_sweep()
         numba.njit(_warm)(1.0)
         _NUMBA_READY[0] = True
+
+
+_DYN = "numba.dynamic.globals"
+
+
+def _sweep_dead_dynamic_globals(lib) -> None:
+    """Remove from a finished numba library's module the dynamic globals nothing reads.
+
+    numba lowers every reference to a jitted function (``acc(t, e)`` in generated code:
+    the name is loaded, then called) as the constant "address of the dispatcher object",
+    a ``numba.dynamic.globals`` variable, and refuses to cache code that has one (the
+    address is only good in this process).  The call itself is resolved statically, so
+    the loaded address is stored in the name's stack slot and never read; at
+    optimisation levels 1-3 LLVM deletes the dead load, the slot and the variable, but at
+    level 0 (NUMBA_OPT=0, the tests' level) they stay, and no generated module calling a
+    helper could be cached: the two pytest workers and every subprocess compiled
+    everything afresh.  Here, at level 0 only and only for modules that have such a
+    variable, LLVM's SROA (the stack slots into SSA values), aggressive dead-code
+    elimination and global dead-code elimination run: semantics-preserving passes that
+    delete exactly the unread loads and the variables left without a use.  A dynamic
+    global that is really used (a ctypes function pointer that is called, a dispatcher
+    boxed back to Python) keeps its uses and stays, and numba then refuses the cache as
+    before."""
+    mod = lib._final_module
+    if not any(gv.name.startswith(_DYN) for gv in mod.global_variables):
+        return
+    import llvmlite.binding as llvm
+    pb = lib._codegen._pass_builder(opt=0)
+    pm = llvm.ModulePassManager()
+    pm.add_sroa_pass()
+    pm.add_aggressive_dce_pass()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(mod, pb)
+
+
+def _install_dead_global_sweep() -> None:
+    """At numba's optimisation level 0, :func:`_sweep_dead_dynamic_globals` after a
+    library's final optimisation (where numba looks for dynamic globals next)."""
+    try:
+        from numba.core import codegen, config
+        cls = codegen.CPUCodeLibrary
+        orig = cls._optimize_final_module
+    except (ImportError, AttributeError):       # another numba: caching as numba decides
+        return
+    if getattr(orig, "_zyg_sweep", False):
+        return
+
+    def _optimize_final_module(self):
+        orig(self)
+        if int(config.OPT) == 0 and not config.OPT.is_opt_max:
+            _sweep_dead_dynamic_globals(self)
+    _optimize_final_module._zyg_sweep = True
+    cls._optimize_final_module = _optimize_final_module
 
 
 # -- SIGINT while numba boxes results ------------------------------------------------------

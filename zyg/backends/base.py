@@ -31,6 +31,11 @@ from ..compile import LOAD_LOCK, fingerprint, ns_signature, write_source
 from ..version import __version__
 
 
+def _pins_process(v: Any) -> bool:
+    from ..tasks.mpi_native import pins_process
+    return pins_process(v)
+
+
 class Backend:
     """A target of generated code.  Subclasses set the capabilities and override the
     methods whose behaviour differs; the defaults describe plain Python."""
@@ -156,9 +161,17 @@ class Backend:
             # code calling object-mode helpers (recursive calls) cannot be reloaded from
             # numba's disk cache in another process: it is compiled afresh
             cache = not any(getattr(v, "_zyg_uncacheable", False) for v in ns.values())
+            # code calling MPI through numba-mpi holds this process's addresses: numba
+            # does not cache it, and it is compiled without waiting for other processes
+            # compiling it too (compile.compile_for_types)
+            pinned = cache and self.compiled and "numba_mpi" in sys.modules and \
+                any(_pins_process(v) for v in ns.values())
             out = []
             for n in names:
                 f = self.finish(glob[n], cache, code)
+                if pinned and getattr(f, "_cache", None) is not None:
+                    from numba.core.caching import NullCache
+                    f._cache = NullCache()
                 glob[n] = f
                 out.append(f)
         locs = {k + 3: v for k, v in code.locs.items()}   # +3 for the header lines

@@ -8,6 +8,7 @@ Python raises), bounds checking when ``zyg.set_boundscheck(True)`` or ``ZYG_BOUN
 from __future__ import annotations
 
 import math
+import sys
 import types
 from typing import Any, Callable, Dict
 
@@ -185,6 +186,12 @@ class CpuBackend(Backend):
         subst = self._substitutes()
         if id(obj) in subst:
             return subst[id(obj)]
+        if "numba_mpi" in sys.modules:
+            # MPI calls by symbol name: code calling them can be cached (tasks/mpi_native.py)
+            from ..tasks import mpi_native
+            native = mpi_native.natives(self.jit, self.tag()).get(id(obj))
+            if native is not None:
+                return native
         if _plain_function(obj):
             # (numpy's Python-level functions such as np.ones have numba implementations)
             # a function with object-mode blocks (zyg/ssa/raising.py: messages formatted by

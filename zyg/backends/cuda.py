@@ -85,6 +85,30 @@ def _min2(a, b):
     return a if a < b else b
 
 
+_SIM_ATOMIC_LOCK = __import__("threading").Lock()
+
+
+def _atomic_add_sim(a, idx, v):
+    """``a[idx] += v`` as one step for the simulator's threads (Python threads)."""
+    with _SIM_ATOMIC_LOCK:
+        a[idx] += v
+
+
+_DEVICE_ATOMIC: Dict[int, Any] = {}
+
+
+def _atomic_add_device(ndim: int):
+    """A device function ``atomic_add(a, idx, v)``: ``cuda.atomic.add`` (idx a tuple of
+    ``ndim`` integers; a 1-D array takes a plain integer, numba.cuda refuses a 1-tuple)."""
+    got = _DEVICE_ATOMIC.get(ndim)
+    if got is None:
+        glob = {"cuda": cuda_module()}
+        at = "idx[0]" if ndim == 1 else "idx"
+        exec(f"def atomic_add(a, idx, v):\n    cuda.atomic.add(a, {at}, v)\n", glob)
+        got = _DEVICE_ATOMIC[ndim] = glob["cuda"].jit(device=True)(glob["atomic_add"])
+    return got
+
+
 class LocalStacks:
     """The tape on the cuda back end: per stack a ``cuda.local.array`` ``_<s>s`` of a size
     fixed at compile time, its room ``_<s>cap``, its top ``_<s>sp`` and the room a counted
@@ -222,6 +246,11 @@ class CudaBackend(Backend):
             if isinstance(v, types.FunctionType) and k != name and not k.startswith("__"):
                 glob[k] = self.wrap(v)
         return self.jit(glob[name])
+
+    def atomic_add(self, ndim: int) -> Callable:
+        """What generated device code calls for an atomic ``a[idx] += v`` (``cuda.atomic.add``;
+        under the simulator, a locked Python addition)."""
+        return _atomic_add_sim if simulator() else _atomic_add_device(ndim)
 
     def call_python(self, stmt: str, outs, glob: Dict[str, Any]):
         raise UnsupportedSyntax("a call back into Python (a recursive call, zyg.checkpoint, a "

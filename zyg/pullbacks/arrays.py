@@ -256,6 +256,16 @@ class ArrayMixin:
             old_kind = self.getitem_kind(base, fn.spec, e.args[1:-1])
             info["old"] = f"_o{self.new_tmp()}"
             info["old_kind"] = old_kind
+            if getattr(fn, "atomic", False):
+                # cuda.atomic.add in a kernel (zyg/cuda_kernel.py): threads add into the same
+                # elements, so no thread's old value may be restored; the adjoint reads the
+                # shadow (d(a[i] + v)/dv) and leaves it (d/d old a[i] is the identity)
+                info["atomic"] = True
+                info["skip_old"] = True
+                needed += [a for a in e.args[1:-1]]
+                self.need_shadow(blk, e.args[-1])
+                self.need_value(blk, base, contents=False)
+                return self.finish_needed(blk, st, needed)
             if in_loop:
                 self.stmt_pushes[blk.id].append((info["old"], old_kind, id(st)))
             needed += [a for a in e.args[1:-1]]
@@ -751,7 +761,10 @@ class ArrayMixin:
         the caller's (no argument shares their memory), need no record: nothing
         observes the memory after the primal (the ODE's stage arrays)."""
         reads = self.__dict__.setdefault("mem_read", set())
-        arg_roots = {self.al.find(p.id) for p in self.fn.params if p.id in self.al.parent}
+        # a kernel's adjoint leaves its arrays as its primal leaves them (keep_final): its
+        # arguments' writes are rewound only where the adjoint reads their contents
+        arg_roots = set() if getattr(self.p, "keep_final", False) else \
+            {self.al.find(p.id) for p in self.fn.params if p.id in self.al.parent}
         for blk in self.fn.iter_blocks():
             keep = []
             for item in self.stmt_pushes[blk.id]:
@@ -915,6 +928,13 @@ class ArrayMixin:
         if "restore" in info and record:
             # the previous iteration's contents of an array that is allocated again
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
+        if isinstance(fn, SetItem) and info.get("atomic"):
+            if not getattr(self, "skip_atomic", False):
+                from .atomics import atomic_add
+                f = self.ns.ref(atomic_add(self.p.backend, len(fn.spec)), "_zyg_atomic_add")
+                idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
+                code.add(ind, f"{f}({args[0]}, ({idx},), {args[-1]})", st.loc)
+            return
         if isinstance(fn, SetItem):
             idx = self.index_text(fn.spec, e.args[0], e.args[1:-1], args[1:-1])
             target = self.get_src(fn.spec, e.args[0], e.args[1:-1], args[0], args[1:-1])
@@ -985,7 +1005,12 @@ class ArrayMixin:
                 args += [f"{k}={v[0]}" for k, v in kw.items()]
                 code.add(ind, f"{lhs}{f}({', '.join(args)})", st.loc)
         if record and st.var is not None and st.var.id in self.shadow_roots:
-            self.alloc_shadow(st.var, ind, code, loop, st.loc)
+            if hasattr(fn, "shadow_src"):
+                # memory the back end allocates its own way (cuda.shared.array)
+                for line in fn.shadow_src(self, var_name(st.var), self.dname(st.var)):
+                    code.add(ind, line, st.loc)
+            else:
+                self.alloc_shadow(st.var, ind, code, loop, st.loc)
 
     def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool, loc=None) -> None:
         n, d = var_name(v), self.dname(v)
@@ -1082,6 +1107,10 @@ class ArrayMixin:
         info = self.astmts[id(st)]
         kind = info["kind"]
         loop = self.in_loop(blk.id)
+        if hasattr(fn, "adjoint_effect"):
+            # an effect the adjoint repeats at the mirrored point (cuda.syncthreads)
+            code.add(ind, fn.adjoint_effect(self), st.loc)
+            return
         if kind == "setitem":
             base = e.args[0]
             ops = [self.value_ref(q, local) for q in e.args[1:-1]]
@@ -1104,7 +1133,8 @@ class ArrayMixin:
                                     self.cplx(st))
                 else:
                     code.add(ind, f"{g} = {sh}", st.loc)
-                    code.add(ind, f"{sh} = 0", st.loc)
+                    if not info.get("atomic"):
+                        code.add(ind, f"{sh} = 0", st.loc)
                     if isinstance(val, Var) and val.id in self.p.active:
                         code.add(ind, f"{self.dname(val)} += {self.proj(val, g, self.cplx(st))}", st.loc)
             if not info.get("skip_old"):
@@ -1179,7 +1209,7 @@ class ArrayMixin:
             elif base.id in self.p.active and self.atomic_root(base):
                 # a shadow shared by the threads of a parallel loop (zyg/tasks/prange.py)
                 from .atomics import atomic_add
-                f = self.ns.ref(atomic_add(self.p.backend), "_zyg_atomic_add")
+                f = self.ns.ref(atomic_add(self.p.backend, len(fn.spec)), "_zyg_atomic_add")
                 code.add(ind, f"{f}({self.shadow(base, local)}, ({idx},), {dy})", st.loc)
             elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)

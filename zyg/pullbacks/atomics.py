@@ -46,5 +46,10 @@ def atomic_add_python(a, idx, v):
     a[idx] += v
 
 
-def atomic_add(backend):
+def atomic_add(backend, ndim: int = 0):
+    """What generated code calls for an atomic ``a[idx] += v`` on ``backend`` (``idx`` a
+    tuple of ``ndim`` integers; the cuda back end spells it its own way: ``backends/cuda.py``)."""
+    own = getattr(backend, "atomic_add", None)
+    if own is not None:
+        return own(ndim)
     return atomic_add_compiled if backend.compiled else atomic_add_python

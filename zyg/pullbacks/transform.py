@@ -67,6 +67,7 @@ class Plan:
     ret_kind: str = "float"
     flat: Any = None          # tuples.Flat when tuple values were replaced by their elements
     ret_parts: Any = None     # the leaves of a returned tuple (seeded from the tuple _dy)
+    keep_final: bool = False  # a kernel's adjoint: arguments keep the primal's writes (emit_kernel_step)
 
     @property
     def target(self) -> str:
@@ -180,9 +181,12 @@ def _check_out(fn, out_kind: str, value_kind: str, bad) -> None:
                   f"(casting={fn.casting!r})", "assign the result, or use an output array of its dtype")
 
 
-def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Plan:
+def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any,
+         effects: bool = False) -> Plan:
     """The per-signature plan of ``fn``: kinds, activity, loops, tuples flattened.
-    ``backend``: the target's :class:`zyg.backends.Backend` (the driver passes it)."""
+    ``backend``: the target's :class:`zyg.backends.Backend` (the driver passes it).
+    ``effects``: ``fn`` returns nothing and is differentiated through its writes (a CUDA
+    kernel, ``zyg/cuda_kernel.py``)."""
     kinds = infer_kinds(fn, argkinds)
     strong = backend.strong_scalars
     fn = specialize(fn, kinds, strong)
@@ -219,7 +223,9 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Pla
     ret = next(b for b in fn.iter_blocks() if isinstance(b.term, Return))
     rv = ret.term.value
     rk = kinds.get(rv.id, "undef") if isinstance(rv, Var) else ("none" if rv.value is None else "float")
-    if rk in ("none", "object") or (not differentiable(rk) and rk not in ("int", "bool", "undef")):
+    if effects and rk == "none":
+        pass
+    elif rk in ("none", "object") or (not differentiable(rk) and rk not in ("int", "bool", "undef")):
         from ..errors import TypeMismatch
         if rk == "object" and isinstance(rv, Var):
             from .origins import explain, origin_of
@@ -232,7 +238,8 @@ def plan(fn: Function, argkinds: List[str], wrt: List[int], backend: Any) -> Pla
         raise TypeMismatch(f"{fn.name} ({fn.filename}:{fn.firstlineno}) must return a number to be "
                            "differentiated, but it may return None (or a non-number): is a 'return' missing on "
                            "some path?")
-    act = activity(fn, kinds, wrt, lambda f: registry.is_nondifferentiable(f) or is_tuple_call(f))
+    act = activity(fn, kinds, wrt, lambda f: registry.is_nondifferentiable(f) or is_tuple_call(f),
+                   outputs=wrt if effects else ())
     dom = dominators(fn)
     loops = natural_loops(fn, dom)
     defblock = {}
@@ -1608,6 +1615,86 @@ def emit_step(p: Plan, name: str, atomic: Sequence[int] = ()) -> Tuple[Code, Nam
     em.atomic_shadows = {p.fn.params[i].id for i in atomic}
     code, tape = _split_code(em, p, name, pooled=False, replay=False)
     return code, em.ns, tape, given
+
+
+def emit_kernel_step(p: Plan, name: str, atomic: Sequence[int] = (), shared: Sequence[int] = (),
+                     block_sync: bool = False, value: bool = False) -> Tuple[Code, Namespace, List[str], bool]:
+    """One thread of a CUDA kernel's adjoint (``zyg/cuda_kernel.py``): ``name(*args,
+    *shadows)`` runs the thread's primal with its own tape, then its adjoint, which adds
+    into the given shadows of the float array parameters in ``p.wrt`` (one per such
+    parameter, in order; atomically for the parameters ``atomic``, which other threads'
+    shadows share).  A shadow holds, on entry, the cotangent of its array's contents after
+    the primal and, on exit, that of its contents before.  Returns 0, or the tape room the
+    run lacked (its adjoint was then skipped).
+
+    With ``p.keep_final`` the arrays stay as the primal leaves them wherever the adjoint
+    does not read what it overwrote; the last item returned says whether some write into a
+    parameter is rewound all the same (the caller then plans without ``keep_final`` and
+    runs the primal again after the step: ``emit_plain``).
+
+    ``shared``: ids of arrays the threads of a block share (``cuda.shared.array``), whose
+    shadows take atomic additions too.  ``block_sync``: the kernel synchronises its block,
+    so a thread whose tape ran out must not leave alone: the block skips its adjoint together
+    (``cuda.syncthreads_or``).
+
+    ``value``: a device function's vector-Jacobian product instead (``zyg.vjp(f,
+    target="cuda")``): the output cotangent is the last parameter, the function's value is
+    returned, and NaN is returned when the tape ran out (the adjoint was skipped)."""
+    em = Emitter(p)
+    em.given_shadows = {p.fn.params[i].id for i in p.wrt
+                        if is_array(em.kind(p.fn.params[i])) and differentiable(em.kind(p.fn.params[i]))}
+    em.atomic_shadows = {p.fn.params[i].id for i in atomic} | set(shared)
+    adj = Code()
+    em.adjoint(adj, 1)
+    body = Code()
+    em.stack_init(body, 1, pooled=False)
+    em.residual_init(body, 1)
+    em.primal(body, 1, record=True)
+    stacks = sorted(em.stack_used)
+    shadows = [em.dname(q) for q in p.fn.params if q.id in em.given_shadows]
+    code = Code()
+    code.put(0, _header(p.fn, name, shadows + (["_dy"] if value else [])))
+    what = "The value and vector-Jacobian product of" if value else "One thread of the adjoint of kernel"
+    code.add(1, f'"""{what} {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
+    if not value:
+        code.add(1, "_dy = 0.0")
+    code.extend(body)
+    if stacks and value:
+        em.ns.ns["math"] = math
+        code.put(1, TapeOverflow(tuple(stacks)))
+        code.add(2, "return math.nan")
+    elif stacks and block_sync:
+        code.add(1, "_ovf = 0")
+        code.put(1, TapeOverflow(tuple(stacks)))
+        code.add(2, "_ovf = 1")
+        code.add(1, "if cuda.syncthreads_or(_ovf):")
+        code.add(2, "return _ovf * (" + " + ".join(f"_{s}sp" for s in stacks) + ")")
+    elif stacks:
+        code.put(1, TapeOverflow(tuple(stacks)))
+        code.add(2, "return " + " + ".join(f"_{s}sp" for s in stacks))
+    code.extend(adj)
+    code.add(1, "return _ret" if value else "return 0")
+    roots = {em.al.find(q.id) for q in p.fn.params if q.id in em.al.parent}
+    rewound = any(info.get("kind") in ("setitem", "inplace") and not info.get("skip_old")
+                  and em.al.find(st.expr.args[0].id) in roots
+                  for blk in p.fn.iter_blocks() for st in blk.stmts
+                  for info in [em.astmts.get(id(st)) or {}])
+    return code, em.ns, stacks, rewound
+
+
+def emit_plain(p: Plan, name: str, skip_atomic: bool = False) -> Tuple[Code, Namespace]:
+    """``name(*args)``: the primal alone, recording nothing (``skip_atomic``: without its
+    atomic additions, which a kernel's adjoint never rewinds)."""
+    em = Emitter(p)
+    em.skip_atomic = skip_atomic
+    body = Code()
+    em.primal(body, 1, record=False)
+    code = Code()
+    code.put(0, _header(p.fn, name, []))
+    code.add(1, f'"""The primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}), generated by zyg."""')
+    code.extend(body)
+    code.add(1, "return 0")
+    return code, em.ns
 
 
 def emit_split(p: Plan, name: str, relowered: bool = False) -> Tuple[Code, Namespace, List[str], bool]:

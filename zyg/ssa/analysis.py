@@ -488,8 +488,9 @@ class Aliases:
 
 
 def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
-             nondiff: "callable") -> Set[int]:
-    """Ids of active values: varied (depend on a ``wrt`` parameter) and useful (reach the return).
+             nondiff: "callable", outputs: Sequence[int] = ()) -> Set[int]:
+    """Ids of active values: varied (depend on a ``wrt`` parameter) and useful (reach the
+    return, or the final contents of the array parameters ``outputs``: a kernel's).
 
     Arrays are tracked per alias class: writing a varied value into an array makes
     every value sharing its memory varied, and a useful array makes the values
@@ -553,6 +554,7 @@ def activity(fn: Function, kinds: Dict[int, str], wrt: List[int],
     for blk in fn.iter_blocks():
         if isinstance(blk.term, Return) and isinstance(blk.term.value, Var):
             useful.add(blk.term.value.id)
+    useful |= {fn.params[i].id for i in outputs if diffable(fn.params[i])}
     changed = True
     blocks_back = [fn.blocks[b] for b in reversed(fn.order)]
     while changed:

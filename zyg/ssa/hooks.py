@@ -13,6 +13,9 @@ those layers fill in when they are imported (``import zyg`` imports them all):
 * :data:`LOOPS`: iterators whose ``for`` loop lowers to primitives of another layer
   (``zyg.checkpointed_range``: ``zyg/pullbacks/ckloop.py``);
 * :data:`PRIMS`: primitives the front end emits for a method call (``x.astype``);
+* :data:`STATIC_ATTRS`: attributes of library modules that another layer resolves itself
+  (``cuda.threadIdx.x`` inside a kernel: ``zyg/cuda_kernel.py``); a resolved object may
+  lower itself as a value (``_zyg_lower_value(lowerer, node, hint)``);
 * :func:`generated_nondifferentiable`: functions the front end generates (raisers,
   ``is None`` tests), declared to whoever keeps the non-differentiable functions.
 """
@@ -25,6 +28,7 @@ FUNCTION_PRIMS: Dict[Any, "FunctionPrim"] = {}
 CALL_LOWERINGS: List[Callable[[Any, Any, Any, str], Optional[Any]]] = []
 LOOPS: Dict[Any, "LoopPrims"] = {}
 PRIMS: Dict[str, Any] = {}
+STATIC_ATTRS: List[Callable[[Any, str, Any], Any]] = []
 
 _GENERATED: List[Any] = []
 _GENERATED_LISTENERS: List[Callable[[Any], None]] = []

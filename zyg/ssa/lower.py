@@ -1398,6 +1398,10 @@ class Lowerer:
             base = self.static_value(node.value)
             if base is None or isinstance(base, Closure):
                 return None
+            for resolve in hooks.STATIC_ATTRS:
+                got = resolve(self, base, node)      # numba.cuda inside a kernel
+                if got is not None:
+                    return got
             from .objects import is_instance_object, static_attribute
             if is_instance_object(base):
                 return static_attribute(self, base, node)     # self.helper, self.alpha
@@ -1424,7 +1428,8 @@ class Lowerer:
         if isinstance(node, (gast.Name, gast.Attribute)):
             v = self.static_value(node)
             if v is not None and not isinstance(v, (int, float, bool, complex, np.ndarray, tuple,
-                                                    types.ModuleType)):
+                                                    types.ModuleType)) \
+                    and not hasattr(v, "_zyg_lower_value"):      # a run-time value (cuda.threadIdx.x)
                 return v
         return None
 
@@ -1475,6 +1480,8 @@ class Lowerer:
             return self.emit(Attr(node.attr), [self.expr(node.value)], node, hint)
         if isinstance(value, (int, float, bool, complex)):
             return Const(value)
+        if hasattr(value, "_zyg_lower_value"):
+            return value._zyg_lower_value(self, node, hint)      # cuda.threadIdx.x
         if isinstance(value, type) and issubclass(value, (np.number, np.bool_)):
             return Const(value)      # a dtype: np.zeros(n, dtype=np.complex128)
         raise self.unsupported(node, f"attribute {node.attr!r} of type {type(value).__name__} "
