@@ -25,7 +25,7 @@ from .errors import TypeMismatch, UnsupportedSyntax
 from .rules.higher import Checkpointed
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
-from .ssa.emit import Def, For, _ident
+from .ssa.emit import Def, For, While, _ident
 from .ssa.lower import unwrap
 from .ssa.tuples import flatten_value, unflatten
 
@@ -179,18 +179,27 @@ def _bind(f: Callable, args: Sequence[Any], kwargs: Optional[dict] = None) -> Tu
 
 
 def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
-        target: str = "cpu") -> Tuple[Any, Any]:
+        target: str = "cpu", batched: bool = False) -> Tuple[Any, Any]:
     """Forward mode: ``(f(*primals), J @ tangents)``, the Jacobian-vector product.
 
     ``tangents`` has the structure of ``primals`` (a float for a float, an array of the
     same shape for an array, a tuple for a tuple); ``None`` or an int/bool argument's
     entry means no tangent.  The result's tangent has the structure of the result.
     Like ``jax.jvp``; computed by a forward-mode transform of ``f`` in one pass.
+
+    ``batched=True``: ``k`` tangents at once.  Each tangent leaf has one extra *leading*
+    axis of length ``k`` (a float's tangent is a ``(k,)`` array, an array of shape ``S``
+    has a ``(k,) + S`` tangent), and so has each leaf of the result's tangent: lane ``j``
+    is ``jvp`` with the tangents' lane ``j`` (``jax.vmap`` of ``jax.jvp`` over the
+    tangents, ``in_axes=0``).  The primal runs once, every tangent carries the ``k``
+    lanes (zyg/pullbacks/forward_batched.py).
     """
     primals = tuple(primals)
     tangents = tuple(tangents)
     if len(primals) != len(tangents):
         raise TypeMismatch(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    if batched:
+        return _jvp_batched(f, primals, tangents, target)
     # defaults, methods, partials (zyg/entry.py): their values get no tangent
     f, primals = _bind(f, primals)
     tangents = tangents + (None,) * (len(primals) - len(tangents))
@@ -241,14 +250,141 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     return y, ty
 
 
-def _build_jvp(ir, kinds, nuser, backend):
+def _lanes_of(tangents) -> int:
+    """The common lane count ``k`` of batched tangents (their leaves' leading axis)."""
+    ks = set()
+
+    def walk(t):
+        if t is None:
+            return
+        if isinstance(t, tuple):
+            for x in t:
+                walk(x)
+            return
+        a = np.asarray(t)
+        if a.ndim == 0:
+            raise TypeMismatch("jvp(batched=True): a tangent needs a leading lane axis "
+                               "(a float's tangent is a (k,) array)")
+        ks.add(a.shape[0])
+    for t in tangents:
+        walk(t)
+    if len(ks) > 1:
+        raise TypeMismatch(f"jvp(batched=True): tangents with different lane counts {sorted(ks)}")
+    if not ks:
+        raise TypeMismatch("jvp(batched=True): no tangent given, so no lane count")
+    return ks.pop()
+
+
+def _lane(t, j):
+    if t is None:
+        return None
+    if isinstance(t, tuple):
+        return type(t)(*[_lane(x, j) for x in t]) if hasattr(t, "_fields") else \
+            tuple(_lane(x, j) for x in t)
+    return np.asarray(t)[j]
+
+
+def _stack(outs):
+    o = outs[0]
+    if isinstance(o, tuple):
+        parts = [_stack([x[i] for x in outs]) for i in range(len(o))]
+        return type(o)(*parts) if hasattr(o, "_fields") else tuple(parts)
+    return np.stack([np.asarray(x) for x in outs])
+
+
+def _jvp_batched(f, primals, tangents, target):
+    """``jvp(..., batched=True)``: one pass of the vector forward mode, or where the
+    function has a construct that has no vector form (forward_batched.NotBatched), the
+    scalar jvp once per lane."""
+    f, primals = _bind(f, primals)
+    tangents = tangents + (None,) * (len(primals) - len(tangents))
+    backend = backends.host(target, "jvp")
+    if _dicts.has_dict(primals):
+        # dict arguments (zyg/dicts.py): their tangents are dicts of the same keys, each
+        # entry with the lanes first
+        code = getattr(unwrap(f), "__code__", None)
+        where = (code.co_filename, code.co_firstlineno) if code else (None, None)
+        tangents = tuple(_dicts.tangent_like(t, x, f"argument {i}", where)
+                         for i, (t, x) in enumerate(zip(tangents, primals)))
+        primals = tuple(_dicts.to_tuples(a) for a in primals)
+        y, ty = _jvp_batched(f, primals, tangents, target)
+        return _dicts.to_dicts(y), _dicts.to_dicts(ty)
+    K = _lanes_of(tangents)
+    if backend.native_byte_order and has_foreign(primals + tangents):
+        primals = tuple(to_native(a) for a in primals)
+        tangents = tuple(to_native(a) for a in tangents)
+    py = unwrap(f)
+    kinds = _kinds(primals, getattr(py, "__name__", "f"))
+    ir = ssa_of(f)
+    if len(primals) != ir.nargs:
+        raise TypeError(f"{ir.name}() takes {ir.nargs} positional arguments "
+                        f"but {len(primals)} were given")
+    nuser = len(primals)
+    primals = _with_hidden(ir, primals)
+    tangents = tangents + (None,) * (len(primals) - nuser)
+    kinds += [kind_of_value(a) for a in primals[nuser:]]
+    key = (py, target, tuple(kinds), ir.reads, "batched")
+    entry = _JVPS.get(key)
+    if entry is None:
+        with LOAD_LOCK:
+            entry = _JVPS.get(key)
+            if entry is None:
+                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, batched=True)
+    if entry[0] is None:
+        # per lane: the scalar jvp k times
+        outs = [jvp(f, primals[:nuser], tuple(_lane(t, j) for t in tangents[:nuser]),
+                    target=target) for j in range(K)]
+        return outs[0][0], _stack([o[1] for o in outs])
+    fn, trees, active, ret_tree, guard = entry
+    flat_p = _flatten_args(primals, trees)
+    if guard is not None:
+        guard.check_aliasing(flat_p)
+    flat_t = _flatten_tangents(primals, tangents, trees)
+    targs = [_as_tangent_batched(t, x, K) for t, x, a in zip(flat_t, flat_p, active) if a]
+    if isinstance(fn, _FirstCall):
+        fn = fn.compile_for(tuple(flat_p) + (K,) + tuple(targs))
+        _JVPS[key] = (fn, trees, active, ret_tree, guard)
+    y, ty = fn(*flat_p, K, *targs)
+    if ret_tree is not None:
+        return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]
+    return y, ty
+
+
+def _as_tangent_batched(t: Any, x: Any, K: int) -> Any:
+    if isinstance(x, np.ndarray):
+        if t is None:
+            return np.zeros((K,) + x.shape, x.dtype)
+        t = np.ascontiguousarray(t, dtype=x.dtype)
+        if t.shape != (K,) + x.shape:
+            raise TypeMismatch(f"jvp(batched=True): a tangent has shape {t.shape}, its primal "
+                               f"{x.shape}: expected {(K,) + x.shape}")
+        return t
+    if t is None:
+        return np.zeros(K)
+    t = np.ascontiguousarray(t, dtype=np.float64)
+    if t.shape != (K,):
+        raise TypeMismatch(f"jvp(batched=True): a float's tangent has shape {t.shape}, "
+                           f"expected ({K},)")
+    return t
+
+
+def _build_jvp(ir, kinds, nuser, backend, batched=False):
     """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once)."""
     from .pullbacks.forward import Forward, check_forward_kinds
     p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], backend)
     check_forward_kinds(p)
-    fwd = Forward(p)
-    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
-    code = fwd.emit(stem)
+    if batched:
+        from .pullbacks.forward_batched import BatchedForward, NotBatched
+        fwd = BatchedForward(p)
+        try:
+            code = fwd.emit(f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk")
+        except NotBatched:
+            return (None,)
+        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk"
+    else:
+        fwd = Forward(p)
+        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
+        code = fwd.emit(stem)
     (fn,), path, locs = backend.load(code, fwd.ns.ns, [stem], stem)
     fn = _checked(fn, path, locs, ir.name)
     trees = p.flat.param_trees if p.flat is not None else [None] * len(kinds)
@@ -315,7 +451,7 @@ def _second_order(f: Callable, args: Sequence[Any], argnum: int, target: str) ->
     nuser = len(args)
     args = _full_args(f, args)
     kinds = _kinds(args, getattr(unwrap(f), "__name__", "f"))
-    key = (unwrap(f), tuple(kinds), argnum, target, ssa_of(f).reads)
+    key = (unwrap(f), tuple(kinds), argnum, target, ssa_of(f).reads, HESSIAN_BATCHED)
     got = _HESS.get(key)
     if got is not None:
         return got
@@ -383,7 +519,75 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         code.add(1, f"return {call}")
     fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
                                      stem)
-    return [_checked(fn, path, locs, ir.name) for fn in fns[1:]]
+    out = [_checked(fn, path, locs, ir.name) for fn in fns[1:]] + [None]
+    if HESSIAN_BATCHED:
+        got = _batched_hessian(p, params, kinds, argnum, stem)
+        if got is not None:
+            out[0], out[2] = got      # the Hessian, and H @ V.T for a block of vectors V
+    return out
+
+
+# zyg.hessian by the vector forward mode over the gradient (JAC_CHUNK columns per pass);
+# False: one Hessian-vector product per column (the path before, kept for comparison);
+# "always": the vector pass also for gradients of loops over numbers (benchmarks)
+HESSIAN_BATCHED = True
+
+
+def _batched_hessian(p, params, kinds, argnum, stem):
+    """The Hessian driver from one vector forward pass of the gradient per JAC_CHUNK
+    columns, or None where the gradient has a construct without a vector form."""
+    from .pullbacks.forward_batched import BatchedForward, NotBatched
+    bf = BatchedForward(p)
+    try:
+        code = bf.emit(stem + "_jvpk")
+    except NotBatched:
+        return None
+    if not bf.array_math and HESSIAN_BATCHED != "always":
+        # a gradient of loops over numbers: the per-column loop of scalar Hessian-vector
+        # products is faster there (every value in a register; benchmarks/vector_forward.py)
+        return None
+    x = params[argnum]
+    arr = is_array(kinds[argnum])
+
+    def tans(k):
+        out = []
+        for j, q in enumerate(p.fn.params):
+            if bf.active(q):
+                if j == argnum:
+                    out.append("_E" if arr else "np.ones(1)")
+                elif is_array(kinds[j]):
+                    out.append(f"np.zeros(({k},) + {params[j]}.shape, {params[j]}.dtype)")
+                else:
+                    out.append(f"np.zeros({k})")
+        return out
+    code.add(0, "")
+    code.put(0, Def(f"{stem}_hessian", tuple(params)))
+    if arr:
+        code.add(1, f"_n = {x}.shape[0]")
+        code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
+        code.add(1, "_c = 0")
+        code.put(1, While("_c < _n"))
+        code.add(2, f"_k = min({JAC_CHUNK}, _n - _c)")
+        code.add(2, f"_E = np.zeros((_k, _n), {x}.dtype)")
+        code.put(2, For("_j", "range(_k)"))
+        code.add(3, "_E[_j, _c + _j] = 1.0")
+        code.add(2, f"_T = {stem}_jvpk({', '.join(params + ['_k'] + tans('_k'))})[1]")
+        code.put(2, For("_j", "range(_k)"))
+        code.add(3, "_H[:, _c + _j] = _T[_j]")
+        code.add(2, "_c += _k")
+        code.add(1, "return _H")
+    else:
+        code.add(1, f"return {stem}_jvpk({', '.join(params + ['1'] + tans(1))})[1][0]")
+    names = [stem + "_jvpk", stem + "_hessian"]
+    if arr:
+        # the products with the rows of _E (sparse Hessians: every colour in one pass)
+        code.add(0, "")
+        code.put(0, Def(f"{stem}_hvpk", tuple(params + ["_E"])))
+        code.add(1, f"return {stem}_jvpk({', '.join(params + ['_E.shape[0]'] + tans('_E.shape[0]'))})[1]")
+        names.append(stem + "_hvpk")
+    fns, path, locs = p.backend.load(code, bf.ns.ns, names, stem + "_k")
+    return (_checked(fns[1], path, locs, p.fn.name),
+            _checked(fns[2], path, locs, p.fn.name) if arr else None)
 
 
 def _run_compiled(slot: list, k: int, args: tuple):
@@ -436,8 +640,13 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu", sparsity: Any
             from . import sparse
             full = _full_args(fn, args)
             if isinstance(x, np.ndarray):
+                many = None
+                if slot[2] is not None:
+                    # every colour's product from one vector pass (JAC_CHUNK per pass)
+                    def many(V):
+                        return _run_compiled(slot, 2, full + (np.ascontiguousarray(V, x.dtype),))
                 return sparse.hessian(lambda v: _run_compiled(slot, 1, full + (v.astype(x.dtype),)),
-                                      x.size, sparsity)
+                                      x.size, sparsity, many, JAC_CHUNK)
             return sparse.hessian(lambda v: np.atleast_1d(_run_compiled(slot, 1, full + (float(v[0]),))),
                                   1, sparsity)
         return _run_compiled(slot, 0, _full_args(fn, args))
@@ -562,13 +771,17 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
     return make_object(g, g, doc, _zyg=spec, _zyg_binder=binder)
 
 
+JAC_CHUNK = 32      # lanes per vector forward pass of jacobian(mode="fwd") and sparse colourings
+
+
 def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str = "cpu",
              sparsity: Any = None) -> Callable:
     """``jacobian(f)(*args)``: the Jacobian of ``f`` w.r.t. argument ``argnums``.
 
     For a result of shape ``S`` and an argument of shape ``A`` (a float: ``()``) the
-    Jacobian has shape ``S + A``, as ``jax.jacobian``.  ``mode="fwd"`` runs one ``jvp``
-    per element of the argument; ``mode="rev"`` one ``pullback`` per element of the
+    Jacobian has shape ``S + A``, as ``jax.jacobian``.  ``mode="fwd"`` runs the vector
+    forward mode (``jvp(..., batched=True)``) with one lane per element of the argument,
+    ``JAC_CHUNK`` (32) lanes per pass; ``mode="rev"`` one ``pullback`` per element of the
     result; ``"auto"`` picks the one with fewer passes (forward on ties).
 
     ``sparsity``: the pattern of the Jacobian as a ``prod(S) x prod(A)`` scipy.sparse
@@ -591,7 +804,8 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
             raise TypeMismatch(f"jacobian: argument {i} must be a float or a float array")
         if sparsity is not None:
             from . import sparse
-            return sparse.jacobian(fn, args, i, sparsity, mode, target, jvp, _pullback)
+            return sparse.jacobian(fn, args, i, sparsity, mode, target, jvp, _pullback,
+                                   chunk=JAC_CHUNK)
         xs = np.shape(x)
         n_in = int(np.prod(xs)) if xs else 1
         y0 = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
@@ -602,16 +816,16 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
         m = mode if mode != "auto" else ("fwd" if n_in <= n_out else "rev")
         J = np.empty((n_out, n_in))
         if m == "fwd":
-            for k in range(n_in):
+            # vector forward mode: the unit tangents of JAC_CHUNK columns per pass
+            dt = np.asarray(x).dtype
+            for c0 in range(0, n_in, JAC_CHUNK):
+                K = min(JAC_CHUNK, n_in - c0)
+                E = np.zeros((K, n_in), dt)
+                E[np.arange(K), np.arange(c0, c0 + K)] = 1.0
                 t = [None] * len(args)
-                if xs:
-                    e = np.zeros(xs, np.asarray(x).dtype)
-                    e.flat[k] = 1.0
-                    t[i] = e
-                else:
-                    t[i] = 1.0
-                _, ty = jvp(fn, args, tuple(t), target=target)
-                J[:, k] = np.ravel(ty)
+                t[i] = E.reshape((K,) + xs) if xs else E[:, 0].astype(np.float64)
+                _, ty = jvp(fn, args, tuple(t), target=target, batched=True)
+                J[:, c0:c0 + K] = np.reshape(ty, (K, n_out)).T
         else:
             fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
             y, back = _pullback(fn, *fresh, target=target)

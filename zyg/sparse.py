@@ -58,17 +58,33 @@ def colour_columns(P) -> np.ndarray:
     return colour
 
 
-def by_columns(P, product: Callable[[np.ndarray], np.ndarray]):
-    """The matrix of pattern ``P`` (CSC) from ``product(v) = M @ v`` over colour groups."""
+def by_columns(P, product: Callable[[np.ndarray], np.ndarray], products=None, chunk: int = 32):
+    """The matrix of pattern ``P`` (CSC) from ``product(v) = M @ v`` over colour groups;
+    with ``products(V) = (M @ V.T).T`` (``V``: one colour's seed per row) ``chunk``
+    colours per call (the vector forward mode)."""
     import scipy.sparse as sp
     m, n = P.shape
     colour = colour_columns(P)
     vals = np.zeros(P.nnz)
-    for c in range(int(colour.max()) + 1 if n else 0):
+    ncol = int(colour.max()) + 1 if n else 0
+    got = {}
+    if products is not None:
+        for c0 in range(0, ncol, chunk):
+            k = min(chunk, ncol - c0)
+            V = np.zeros((k, n))
+            for c in range(c0, c0 + k):
+                V[c - c0, colour == c] = 1.0
+            MV = np.reshape(products(V), (k, m))
+            for c in range(c0, c0 + k):
+                got[c] = MV[c - c0]
+    for c in range(ncol):
         cols = np.nonzero(colour == c)[0]
-        v = np.zeros(n)
-        v[cols] = 1.0
-        Mv = np.ravel(product(v))
+        if products is not None:
+            Mv = got[c]
+        else:
+            v = np.zeros(n)
+            v[cols] = 1.0
+            Mv = np.ravel(product(v))
         for j in cols:
             a, b = P.indptr[j], P.indptr[j + 1]
             vals[a:b] = Mv[P.indices[a:b]]
@@ -87,7 +103,7 @@ def by_rows(P, vproduct: Callable[[np.ndarray], np.ndarray]):
 
 
 def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str, target: str,
-             jvp: Callable, pullback: Callable):
+             jvp: Callable, pullback: Callable, chunk: int = 32):
     """The sparse Jacobian of ``fn`` at ``args`` w.r.t. argument ``i``."""
     x = args[i]
     xs = np.shape(x)
@@ -104,6 +120,14 @@ def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str
         _, ty = jvp(fn, args, tuple(t), target=target)
         return np.ravel(ty)
 
+    def column_products(V: np.ndarray) -> np.ndarray:
+        # all colours' seeds in one vector forward pass (jvp(batched=True))
+        k = V.shape[0]
+        t: List[Any] = [None] * len(args)
+        t[i] = V.reshape((k,) + xs).astype(dtype) if xs else V[:, 0].astype(np.float64)
+        _, ty = jvp(fn, args, tuple(t), target=target, batched=True)
+        return np.reshape(ty, (k, -1))
+
     def row_product(u: np.ndarray) -> np.ndarray:
         fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
         y, back = pullback(fn, *fresh, target=target)
@@ -115,9 +139,12 @@ def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str
         nc = int(colour_columns(P).max()) + 1 if n_in else 0
         nr = int(colour_columns(P.T.tocsc()).max()) + 1 if n_out else 0
         mode = "fwd" if nc <= nr else "rev"
-    return by_columns(P, column_product) if mode == "fwd" else by_rows(P, row_product)
+    if mode == "fwd":
+        return by_columns(P, column_product, column_products, chunk)
+    return by_rows(P, row_product)
 
 
-def hessian(hvp: Callable, n: int, sparsity: Any):
-    """The sparse Hessian (``n x n``) from ``hvp(v) = H @ v``."""
-    return by_columns(pattern_of(sparsity, (n, n), "hessian"), hvp)
+def hessian(hvp: Callable, n: int, sparsity: Any, hvps=None, chunk: int = 32):
+    """The sparse Hessian (``n x n``) from ``hvp(v) = H @ v`` (or ``hvps(V) = (H @ V.T).T``,
+    ``chunk`` colours per call: the vector forward mode over the gradient)."""
+    return by_columns(pattern_of(sparsity, (n, n), "hessian"), hvp, hvps, chunk)
