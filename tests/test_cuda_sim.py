@@ -1048,6 +1048,38 @@ def ptx_kernel_adjoints():
             assert re.search(r"\b(bar|barrier)\.sync", ptx) and ".shared" in ptx, plain.__name__
 
 
+def ptx_anchor_kernel_adjoints():
+    """The adjoints of the GPU anchors' own primal kernels (what benchmarks/gpu/ times:
+    a data-dependent loop, a binary search, shared-memory tree reductions with barriers in
+    a loop, a local array, atomics) compile to PTX."""
+    import numba
+    from zyg import cuda_kernel as ck
+    anchors = os.environ.get("ZYG_GPU_ANCHORS") or os.path.join(ROOT, "..", "shared", "gpu_anchors")
+    if not os.path.isdir(anchors):
+        raise Skip(f"the GPU anchors are not beside the checkout ({anchors})")
+    sys.path.insert(0, anchors)
+    import kernels as AK
+    types = {"f8[1]": numba.float64[:], "f8[2]": numba.float64[:, :], "int": numba.int64,
+             "float": numba.float64}
+    cases = [
+        (AK.bessel_primal_k, ["f8[1]", "f8[1]", "int"]),
+        (AK.heat_step_k, ["f8[1]", "f8[1]", "float"]),
+        (AK.xs_lookup_k, ["f8[1]", "f8[2]", "f8[1]", "f8[2]", "f8[1]"]),
+        (AK.gmm_prep_k, ["f8[2]", "f8[2]", "f8[1]", "f8[2]", "f8[1]", "f8[1]"]),
+        (AK.gmm_primal_k, ["f8[2]", "f8[2]", "f8[2]", "f8[1]", "f8[1]"]),
+    ]
+    for kern, kinds in cases:
+        b = ck.build(kern, kinds, 256)
+        sig = []
+        for k in kinds:
+            sig.append(types[k])
+            if k.startswith("f8["):
+                sig.append(types[k])                # its shadow
+        if b.checked:
+            sig.append(numba.int64[:])             # the status word
+        _ptx(b.kernel.py_func, tuple(sig))
+
+
 CHECKS = [n for n in list(globals()) if n.startswith("check_")]
 PTX = [n for n in list(globals()) if n.startswith("ptx_")]
 

@@ -247,6 +247,16 @@ class CudaBackend(Backend):
                 glob[k] = self.wrap(v)
         return self.jit(glob[name])
 
+    def placeholder(self, kind: str):
+        """An array variable's value before its definition runs: a one-element local array
+        of its dtype and dimensions (device code cannot allocate ``np.zeros``)."""
+        from ..ssa.analysis import array_dtype, array_ndim, is_array
+        if not is_array(kind):
+            return None
+        nd = array_ndim(kind)
+        shape = "1" if nd == 1 else "(" + ", ".join(["1"] * nd) + ")"
+        return f"cuda.local.array({shape}, np.{array_dtype(kind)})"
+
     def atomic_add(self, ndim: int) -> Callable:
         """What generated device code calls for an atomic ``a[idx] += v`` (``cuda.atomic.add``;
         under the simulator, a locked Python addition)."""

@@ -695,7 +695,7 @@ class Emitter(ArrayMixin, StructuredMixin):
         if params:
             lhs = [var_name(p) for p in params]
             # an undefined operand (a path that raised) keeps the parameter's kind for numba
-            rhs = [zero_of(self.kind(p)) if isinstance(a, Undef) else self.src(a)
+            rhs = [self.placeholder_of(self.kind(p)) if isinstance(a, Undef) else self.src(a)
                    for p, a in zip(params, args)]
             if record:
                 # written arrays carry their shadow along (pointers, as the values)
@@ -1388,12 +1388,19 @@ class Emitter(ArrayMixin, StructuredMixin):
         for n in sorted(cross - params - shadows - first):
             if kinds_by_name.get(n, "float") in ("none", "undef", "object"):
                 continue
-            code.add(ind, f"{n} = {zero_of(kinds_by_name.get(n, 'float'))}")
+            code.add(ind, f"{n} = {self.placeholder_of(kinds_by_name.get(n, 'float'))}")
         for vid, v in sorted(self.shadow_roots.items()):
             if self.dname(v) not in first:
-                code.add(ind, f"{self.dname(v)} = {zero_of(self.kind(v))}")
+                code.add(ind, f"{self.dname(v)} = {self.placeholder_of(self.kind(v))}")
         for t in self.tag_scalars + self.count_scalars:
             code.add(ind, f"{t} = 0")
+
+    def placeholder_of(self, kind: str) -> str:
+        """The value a variable holds before its definition runs (the back end's own where
+        it cannot allocate: a CUDA device)."""
+        own = getattr(self.p.backend, "placeholder", None)
+        got = own(kind) if own is not None else None
+        return got if got is not None else zero_of(kind)
 
     def grad_outputs(self) -> List[str]:
         outs = []
