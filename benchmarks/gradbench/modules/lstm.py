@@ -4,12 +4,14 @@ one; ``objective`` is the mean negative log-likelihood and ``jacobian`` its grad
 w.r.t. ``main_params`` and ``extra_params``, flattened and concatenated."""
 import math
 
+import numba
 import numpy as np
 import zyg
 
 from benchmarks.gradbench.common import Module, primal
 
 
+@numba.njit
 def sigmoid(z):
     return 1.0 / (1.0 + math.exp(-z))
 
