@@ -87,9 +87,10 @@ def argmin(f, grad, x):
             i = 0
 
 
-UNSUPPORTED = ("zyg.jvp inside a differentiated function is not supported: zyg raises "
-               "UnsupportedSyntax \"global 'potential' of type function cannot be used as a "
-               "value here\" at the zyg.jvp call in accel_f")
+UNSUPPORTED = ("forward mode inside a differentiated function (zyg.jvp called in the "
+               "function being differentiated) is refused by zyg: UnsupportedSyntax "
+               "\"global 'potential' of type function cannot be used as a value here\" "
+               "(particle.accel_f)")
 
 
 def unsupported(w):
