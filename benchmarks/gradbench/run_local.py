@@ -4,7 +4,7 @@ processes and forwards each message and response between them, logging every lin
 (``{"elapsed": ..., "message"|"response": ...}``, as the CLI's ``--output`` does).
 
     python benchmarks/gradbench/run_local.py --gradbench DIR [--eval-python PY]
-        [--target cpu|python] [--log FILE] EVAL [-- EVAL ARGS...]
+        [--target cpu|python] [--tool zyg|manual] [--log FILE] EVAL [-- EVAL ARGS...]
 
 DIR is a checkout of GradBench (its ``python/gradbench`` package is put on the eval's
 ``PYTHONPATH``, and the evals validate against ``tools/manual/bin/<eval>``, GradBench's
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 def run(gradbench: str, eval_name: str, eval_args: list[str], *, eval_python: str,
         target: str = "cpu", log=None, tool_python: str = sys.executable,
-        quiet: bool = False) -> list[dict]:
+        quiet: bool = False, tool_name: str = "zyg") -> list[dict]:
     """Run one eval against the tool; return the evaluations (message, response,
     analysis) in order."""
     env = dict(os.environ)
@@ -37,8 +37,11 @@ def run(gradbench: str, eval_name: str, eval_args: list[str], *, eval_python: st
                           stdout=subprocess.PIPE, text=True)
     tenv = dict(os.environ)
     tenv["PYTHONPATH"] = ROOT + os.pathsep + tenv.get("PYTHONPATH", "")
-    tool = subprocess.Popen([tool_python, os.path.join(HERE, "zyg_tool.py"), "--target", target],
-                            cwd=ROOT, env=tenv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    if tool_name == "zyg":
+        cmd, cwd = [tool_python, os.path.join(HERE, "zyg_tool.py"), "--target", target], ROOT
+    else:   # one of GradBench's C++ tools (e.g. manual), through its own gradbench.cpp driver
+        cmd, cwd, tenv = [eval_python, "-m", "gradbench.cpp", tool_name], gradbench, env
+    tool = subprocess.Popen(cmd, cwd=cwd, env=tenv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     t0 = time.perf_counter_ns()
     evaluations: dict[int, dict] = {}
@@ -109,13 +112,16 @@ def main() -> None:
     parser.add_argument("--eval-python", default=sys.executable)
     parser.add_argument("--target", choices=("cpu", "python"), default="cpu")
     parser.add_argument("--log", help="write the session (JSON lines) here")
+    parser.add_argument("--tool", default="zyg",
+                        help="zyg (default) or a C++ tool of the GradBench checkout, e.g. manual "
+                             "(built there by make, as GradBench's own driver does)")
     parser.add_argument("eval")
     parser.add_argument("eval_args", nargs=argparse.REMAINDER)
     a = parser.parse_args()
     eval_args = a.eval_args[1:] if a.eval_args[:1] == ["--"] else a.eval_args
     log = open(a.log, "w") if a.log else None
     order = run(a.gradbench, a.eval, eval_args, eval_python=a.eval_python,
-                target=a.target, log=log)
+                target=a.target, log=log, tool_name=a.tool)
     bad = [e for e in order if not e["response"].get("success")
            or (e["analysis"] is not None and not e["analysis"]["valid"])]
     print(f"{a.eval}: {len(order)} evaluations, {len(bad)} failed or invalid", file=sys.stderr)
