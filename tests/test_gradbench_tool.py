@@ -282,6 +282,40 @@ def test_ba(tool):
     close(jac["vals"], [J[r, c] for r, c in nz[:30]] + [J[nz[-1]]], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.skipif(not LONG, reason="the first compile of the hand model (numba primal and "
+                    "zyg's forward mode) takes ~30 s on a cold cache; ZYG_LONG_TESTS=1 runs it")
+def test_ht_jacobian_against_differences_of_the_objective(tool):
+    # a small synthetic hand (22 bones in a chain, 6 vertices); the objective itself is
+    # validated against GradBench's C++ reference by run_local.py, here the Jacobian is
+    # checked against central differences of the tool's own objective (both variants)
+    rng = np.random.default_rng(8)
+    nb, nv = 22, 6
+    rel = np.tile(np.eye(4), (nb, 1, 1))
+    rel[:, :3, 3] = rng.normal(size=(nb, 3)) * 0.3
+    model = {"bone_names": [f"b{i}" for i in range(nb)], "parents": list(range(-1, nb - 1)),
+             "base_relatives": rel.tolist(), "inverse_base_absolutes": rel.tolist(),
+             "base_positions": np.hstack([rng.normal(size=(nv, 3)), np.ones((nv, 1))]).tolist(),
+             "weights": (rng.random((nv, nb)) / nb).tolist(),
+             "triangles": [[0, 1, 2], [3, 4, 5]], "is_mirrored": True}
+    theta = rng.normal(size=26) * 0.3
+    for us in ([], [[0.2, 0.3], [0.5, 0.1]]):
+        inp = {"theta": theta.tolist(), "us": us,
+               "data": {"model": model, "correspondences": [1, 0] if us else [4, 2],
+                        "points": rng.normal(size=(2, 3)).tolist()}}
+        J = np.array(tool.evaluate("ht", "jacobian", inp))
+
+        def obj(th, u):
+            return np.array(tool.evaluate("ht", "objective", inp | {"theta": th.tolist(),
+                                                                     "us": u.tolist() if us else []}))
+        u0 = np.array(us if us else np.zeros((2, 2)))
+        Jt = np.stack([fd(lambda t: obj(t, u0)[r], theta) for r in range(6)])
+        if us:
+            Ju = np.stack([fd(lambda u: obj(theta, u)[r], u0) for r in range(6)])
+            own = np.stack([Ju[r].reshape(2, 2)[r // 3] for r in range(6)])
+            Jt = np.hstack([own, Jt])
+        close(J, Jt, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.skipif(not LONG, reason="nested gradient descent (a few hundred inner solves "
                     "in Python): ~5-10 s a variant; ZYG_LONG_TESTS=1 runs it")
 def test_particle_and_saddle(tool):
