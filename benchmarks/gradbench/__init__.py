@@ -1,0 +1,1 @@
+"""A GradBench tool for zyg (see README.md in this folder)."""

@@ -1,0 +1,84 @@
+"""GradBench ``saddle`` (Pearlmutter and Siskind): the saddle point of
+``f(p1, p2) = |p1|^2 - |p2|^2`` as ``argmin_p1 max_p2 f``, both by GradBench's
+gradient descent (``gd.hpp``'s rules) from ``start``; the outer descent
+differentiates through the inner one (nested AD: the inner maximisation's gradient
+w.r.t. p2 is itself taken by AD inside the function the outer gradient is taken of).
+Output ``[p1x, p1y, p2x, p2y]``. The first letter of a variant is the outer mode,
+the second the inner one: ``zyg.grad`` for r, ``zyg.jvp`` for f."""
+import math
+
+import zyg
+
+from benchmarks.gradbench.common import Module
+from benchmarks.gradbench.modules.particle import UNSUPPORTED, argmin
+
+
+def objective(x1, y1, x2, y2):
+    return (x1 * x1 + y1 * y1) - (x2 * x2 + y2 * y2)
+
+
+def max_r(p1x, p1y, sx, sy):
+    """max over p2 of objective(p1, p2), by gradient descent on its negation from s."""
+    x = sx
+    y = sy
+    fx = -objective(p1x, p1y, x, y)
+    gx = -zyg.grad(objective, argnums=2)(p1x, p1y, x, y)
+    gy = -zyg.grad(objective, argnums=3)(p1x, p1y, x, y)
+    i = 0
+    eta = 1e-5
+    while math.sqrt(gx * gx + gy * gy) > 1e-5:
+        if i == 10:
+            eta *= 2.0
+            i = 0
+        else:
+            xp = x - eta * gx
+            yp = y - eta * gy
+            if math.sqrt((x - xp) * (x - xp) + (y - yp) * (y - yp)) <= 1e-5:
+                break
+            fxp = -objective(p1x, p1y, xp, yp)
+            if fxp < fx:
+                x = xp
+                y = yp
+                fx = fxp
+                gx = -zyg.grad(objective, argnums=2)(p1x, p1y, x, y)
+                gy = -zyg.grad(objective, argnums=3)(p1x, p1y, x, y)
+                i += 1
+            else:
+                eta /= 2.0
+                i = 0
+    return objective(p1x, p1y, x, y)
+
+
+def unsupported(*_):
+    raise NotImplementedError(UNSUPPORTED)
+
+
+def make(target):
+    """rr and fr; rf and ff (forward mode inside) are refused as in particle."""
+    mod = Module(target)
+    g0 = zyg.grad(max_r, argnums=0, target=target)
+    g1 = zyg.grad(max_r, argnums=1, target=target)
+    zg2 = zyg.grad(objective, argnums=2, target=target)
+    zg3 = zyg.grad(objective, argnums=3, target=target)
+
+    def solve(grad_p1, sx, sy):
+        r1 = argmin(lambda a, b: max_r(a, b, sx, sy), grad_p1(sx, sy), [sx, sy])
+        r2 = argmin(lambda a, b: -objective(r1[0], r1[1], a, b),
+                    lambda a, b: (-zg2(r1[0], r1[1], a, b), -zg3(r1[0], r1[1], a, b)),
+                    [sx, sy])
+        return [r1[0], r1[1], r2[0], r2[1]]
+
+    rr = lambda sx, sy: solve(lambda sx, sy: lambda a, b: (g0(a, b, sx, sy), g1(a, b, sx, sy)),
+                              sx, sy)
+    jv = lambda a, b, sx, sy, da, db: zyg.jvp(max_r, (a, b, sx, sy), (da, db, 0.0, 0.0),
+                                               target=target)[1]
+    fr = lambda sx, sy: solve(lambda sx, sy: lambda a, b: (jv(a, b, sx, sy, 1.0, 0.0),
+                                                           jv(a, b, sx, sy, 0.0, 1.0)), sx, sy)
+    pre = lambda raw: (float(raw["start"][0]), float(raw["start"][1]))
+    mod.functions["rr"] = (pre, rr, list)
+    mod.functions["fr"] = (pre, fr, list)
+    mod.functions["rf"] = (pre, unsupported, list)
+    mod.functions["ff"] = (pre, unsupported, list)
+    mod.warm_up = lambda: (g0(1.0, 1.0, 1.0, 1.0), g1(1.0, 1.0, 1.0, 1.0),
+                           jv(1.0, 1.0, 1.0, 1.0, 1.0, 0.0))
+    return mod
