@@ -808,7 +808,28 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                                    chunk=JAC_CHUNK)
         xs = np.shape(x)
         n_in = int(np.prod(xs)) if xs else 1
-        y0 = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        dt = np.asarray(x).dtype
+
+        def columns(c0: int):
+            # vector forward mode: the unit tangents of JAC_CHUNK columns in one pass
+            K = min(JAC_CHUNK, n_in - c0)
+            E = np.zeros((K, n_in), dt)
+            E[np.arange(K), np.arange(c0, c0 + K)] = 1.0
+            t = [None] * len(args)
+            t[i] = E.reshape((K,) + xs) if xs else E[:, 0].astype(np.float64)
+            y, ty = jvp(fn, args, tuple(t), target=target, batched=True)
+            if isinstance(y, tuple):
+                raise TypeMismatch("jacobian: tuple results are not supported; take one entry")
+            return y, np.reshape(ty, (K, -1)).T
+        # the result's shape comes from the first compiled pass (the function is never run
+        # as plain Python to learn it: seconds on large models)
+        first = None
+        if mode == "rev" or n_in == 0:
+            y0 = _pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                           target=target)[0]
+        else:
+            first = columns(0)
+            y0 = first[0]
         if isinstance(y0, tuple):
             raise TypeMismatch("jacobian: tuple results are not supported; take one entry")
         ys = np.shape(y0)
@@ -816,16 +837,9 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
         m = mode if mode != "auto" else ("fwd" if n_in <= n_out else "rev")
         J = np.empty((n_out, n_in))
         if m == "fwd":
-            # vector forward mode: the unit tangents of JAC_CHUNK columns per pass
-            dt = np.asarray(x).dtype
             for c0 in range(0, n_in, JAC_CHUNK):
-                K = min(JAC_CHUNK, n_in - c0)
-                E = np.zeros((K, n_in), dt)
-                E[np.arange(K), np.arange(c0, c0 + K)] = 1.0
-                t = [None] * len(args)
-                t[i] = E.reshape((K,) + xs) if xs else E[:, 0].astype(np.float64)
-                _, ty = jvp(fn, args, tuple(t), target=target, batched=True)
-                J[:, c0:c0 + K] = np.reshape(ty, (K, n_out)).T
+                _, block = first if c0 == 0 and first is not None else columns(c0)
+                J[:, c0:c0 + block.shape[1]] = block
         else:
             fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
             y, back = _pullback(fn, *fresh, target=target)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Sequence, Tuple
 
+from collections import OrderedDict
+
 import numpy as np
 
 from .errors import TypeMismatch
@@ -36,9 +38,32 @@ def pattern_of(sparsity: Any, shape: Tuple[int, int], what: str):
     return P
 
 
+_COLOURS: "OrderedDict[Any, np.ndarray]" = OrderedDict()
+_COLOURS_KEPT = 16
+
+
 def colour_columns(P) -> np.ndarray:
     """A colour per column of the CSC pattern ``P`` such that columns of one colour share
-    no row (greedy, columns with more entries first)."""
+    no row (greedy, columns with more entries first).  Kept per pattern (a Jacobian taken
+    again with the same pattern does not colour it again: that took seconds for
+    bundle adjustment's patterns, against milliseconds of passes)."""
+    import hashlib
+    key = (P.shape, hashlib.blake2b(np.ascontiguousarray(P.indptr).tobytes() +
+                                     np.ascontiguousarray(P.indices).tobytes(),
+                                     digest_size=16).hexdigest())
+    got = _COLOURS.get(key)
+    if got is not None:
+        _COLOURS.move_to_end(key)
+        return got
+    got = _colour_columns(P)
+    got.setflags(write=False)
+    _COLOURS[key] = got
+    while len(_COLOURS) > _COLOURS_KEPT:
+        _COLOURS.popitem(last=False)
+    return got
+
+
+def _colour_columns(P) -> np.ndarray:
     import scipy.sparse as sp
     n = P.shape[1]
     R = sp.csr_matrix(P)
@@ -108,16 +133,22 @@ def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str
     x = args[i]
     xs = np.shape(x)
     n_in = int(np.prod(xs)) if xs else 1
-    y0 = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
-    ys = np.shape(y0)
-    n_out = int(np.prod(ys)) if ys else 1
+    # the result's size is the pattern's row count (checked against the first pass): the
+    # function is never run as plain Python to learn it (seconds on large models)
+    n_out = int(np.shape(sparsity)[0]) if len(np.shape(sparsity)) == 2 else -1
     P = pattern_of(sparsity, (n_out, n_in), "jacobian")
     dtype = np.asarray(x).dtype
+
+    def sized(y, what: str):
+        if np.size(y) != n_out:
+            raise TypeMismatch(f"jacobian: the sparsity pattern has {n_out} rows; the result "
+                               f"here has {np.size(y)} elements ({what})")
 
     def column_product(v: np.ndarray) -> np.ndarray:
         t: List[Any] = [None] * len(args)
         t[i] = v.reshape(xs).astype(dtype) if xs else float(v[0])
-        _, ty = jvp(fn, args, tuple(t), target=target)
+        y, ty = jvp(fn, args, tuple(t), target=target)
+        sized(y, "forward pass")
         return np.ravel(ty)
 
     def column_products(V: np.ndarray) -> np.ndarray:
@@ -125,12 +156,15 @@ def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str
         k = V.shape[0]
         t: List[Any] = [None] * len(args)
         t[i] = V.reshape((k,) + xs).astype(dtype) if xs else V[:, 0].astype(np.float64)
-        _, ty = jvp(fn, args, tuple(t), target=target, batched=True)
+        y, ty = jvp(fn, args, tuple(t), target=target, batched=True)
+        sized(y, "forward pass")
         return np.reshape(ty, (k, -1))
 
     def row_product(u: np.ndarray) -> np.ndarray:
         fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
         y, back = pullback(fn, *fresh, target=target)
+        sized(y, "reverse pass")
+        ys = np.shape(y)
         g = back(u.reshape(ys).astype(np.asarray(y).dtype) if ys else float(u[0]))[i]
         return np.zeros(n_in) if g is None else np.ravel(g)
 
