@@ -228,13 +228,14 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     primals = _with_hidden(ir, primals)
     tangents = tangents + (None,) * (len(primals) - nuser)
     kinds += [kind_of_value(a) for a in primals[nuser:]]
-    key = (py, target, tuple(kinds), ir.reads)
+    given = _given(tangents, kinds, nuser, ir)
+    key = (py, target, tuple(kinds), ir.reads, given)
     entry = _JVPS.get(key)
     if entry is None:
         with LOAD_LOCK:         # first calls from several threads: one builds
             entry = _JVPS.get(key)
             if entry is None:
-                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend)
+                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, wrt=given)
     fn, trees, active, ret_tree, guard = entry
     flat_p = _flatten_args(primals, trees)
     if guard is not None:
@@ -323,13 +324,15 @@ def _jvp_batched(f, primals, tangents, target):
     primals = _with_hidden(ir, primals)
     tangents = tangents + (None,) * (len(primals) - nuser)
     kinds += [kind_of_value(a) for a in primals[nuser:]]
-    key = (py, target, tuple(kinds), ir.reads, "batched")
+    given = _given(tangents, kinds, nuser, ir)
+    key = (py, target, tuple(kinds), ir.reads, given, "batched")
     entry = _JVPS.get(key)
     if entry is None:
         with LOAD_LOCK:
             entry = _JVPS.get(key)
             if entry is None:
-                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, batched=True)
+                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, batched=True,
+                                                wrt=given)
     if entry[0] is None:
         # per lane: the scalar jvp k times
         outs = [jvp(f, primals[:nuser], tuple(_lane(t, j) for t in tangents[:nuser]),
@@ -368,10 +371,26 @@ def _as_tangent_batched(t: Any, x: Any, K: int) -> Any:
     return t
 
 
-def _build_jvp(ir, kinds, nuser, backend, batched=False):
-    """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once)."""
+def _given(tangents, kinds, nuser, ir) -> Tuple[int, ...]:
+    """The arguments given a tangent (``None`` is zero): only they get one in the generated
+    code.  Every float argument where none is given (the result's tangent is then zero),
+    and in code that communicates (MPI), whose ranks must send the same tangent messages
+    whatever tangents each of them was given."""
+    every = tuple(i for i in range(nuser) if differentiable(kinds[i]))
+    if any(getattr(st.expr.fn, "_zyg_comm", None) is not None
+           for blk in ir.iter_blocks() for st in blk.stmts):
+        return every
+    got = tuple(i for i in every if tangents[i] is not None)
+    return got or every
+
+
+def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None):
+    """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once), with a
+    tangent for the arguments ``wrt`` (every float argument by default)."""
     from .pullbacks.forward import Forward, check_forward_kinds
-    p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)], backend)
+    if wrt is None:
+        wrt = [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)]
+    p = plan(ir, kinds, list(wrt), backend)
     check_forward_kinds(p)
     if batched:
         from .pullbacks.forward_batched import BatchedForward, NotBatched

@@ -422,7 +422,32 @@ class Forward:
                 terms.append(red)
             else:
                 raise self.err(st, f"no forward rule for {callee_name(fn)} with an array result")
-        return " + ".join(terms) if terms else self.zero_like(st)
+        if not terms:
+            return self.zero_like(st)
+        out = " + ".join(terms)
+        if elementwise and not scalar_out and self.may_miss_shape(out, ops, args, kinds, y):
+            # an operand the tangent does not mention sets the result's shape (np.sum(G - r),
+            # G inactive (2, 3), r active (3,)): -t_r alone has r's shape, and the sum of it
+            # counted r's entries once instead of once per row of G
+            out = f"({out}) + np.zeros_like({y})"
+        return out
+
+    def may_miss_shape(self, out: str, ops, args, kinds, y: str) -> bool:
+        """Can the elementwise tangent ``out`` of ``y`` have a smaller shape than ``y``:
+        does it leave out an array operand (its value, or its tangent), which numpy's
+        broadcasting of ``y`` may have followed?"""
+        import re
+        names = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", out))
+        if y in names:
+            return False
+        for a, src, k in zip(ops, args, kinds):
+            if not is_array(k):
+                continue
+            tan = self.t(a)
+            if src in names or (tan is not None and tan in names):
+                continue
+            return True
+        return False
 
     # -- the function ---------------------------------------------------------------------------
     def emit(self, name: str) -> Code:

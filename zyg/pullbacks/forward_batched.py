@@ -577,7 +577,8 @@ class BatchedForward(Forward):
         if not terms:
             return self.tzero_like(st)
         out = " + ".join(terms)
-        if any(self.nd(ops[i]) != ny for i in act):
-            # a float's term broadcasts to (_K, 1, ..) only: to the result's shape
+        if any(self.nd(ops[i]) != ny for i in act) or self.may_miss_shape(out, ops, args, kinds, y):
+            # a float's term broadcasts to (_K, 1, ..) only, and an operand the terms do not
+            # mention may set the result's shape (size-1 axes broadcast): to the result's shape
             out = f"({out}) + np.zeros((_K,) + {y}.shape, {y}.dtype)"
         return out
