@@ -179,6 +179,29 @@ def check_jvp(family: str, f: Callable, args: Sequence[Any], argnums: Sequence[i
     if not close(float(y2), float(y), 1e-5 if lp else 1e-10, (1e-5 if lp else 1e-12) * scale):
         mismatch(family, "jvp", f"[{target}] jvp value {y2!r}, plain call {y!r}{where}")
     count(family, "checked jvp")
+    # the first differentiated argument given no tangent: the generated code then treats it
+    # as a constant (an inactive operand, which may set a result's shape by broadcasting)
+    given = [i for i, g in zip(argnums, grads) if t[i] is not None and g is not None]
+    if len(given) < 2:
+        return
+    t2 = list(t)
+    t2[given[0]] = None
+    try:
+        _, ty2 = zyg.jvp(f, tuple(copies(args)), tuple(t2), target=target)
+    except REFUSED:
+        count(family, "refused jvp (a tangent left out)")
+        return
+    want2, mag2 = 0.0, 0.0
+    for i, g in zip(argnums, grads):
+        if t2[i] is None or g is None:
+            continue
+        prod = np.asarray(g, dtype=float) * np.asarray(t2[i], dtype=float)
+        want2 += float(np.sum(prod))
+        mag2 += float(np.sum(np.abs(prod)))
+    if not (np.ndim(ty2) == 0 and close(float(ty2), want2, rtol, rtol * (mag2 + scale))):
+        mismatch(family, "jvp", f"[{target}] jvp tangent {ty2!r} with argument {given[0]} "
+                                f"given no tangent, grad . t {want2!r} (t = {t2!r}){where}")
+    count(family, "checked jvp with a tangent left out")
 
 
 def _fd_along(family: str, g_at: Callable[[float], Any], h: float, tol_of: Callable[[Any], float]):
