@@ -644,3 +644,19 @@ def test_random_nests_forward_order_agrees(src, seed):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=src)
     for i in range(3):
         np.testing.assert_allclose(g1[i], fd_array(f, fresh(args), i), rtol=1e-5, atol=1e-7, err_msg=src)
+
+
+def test_pool_keeps_grown_buffers_and_results_stay_right(target):
+    """The fused gradient hands back a tape buffer only when it grew (None otherwise); the
+    pool keeps the larger buffer, and calls after it (smaller, then larger again) are right."""
+    g = zyg.grad(triangular, target=target)
+    want = lambda n: sum(math.sin(0.4 * (i - j)) + 0.4 * (i - j) * math.cos(0.4 * (i - j))
+                         for i in range(n) for j in range(i))
+    sizes = []
+    for n in (3, 120, 5, 200, 2):
+        assert g(0.4, n) == pytest.approx(want(n), rel=1e-12, abs=1e-12)
+        pooled = [e for e in g._zyg.cache.values() if getattr(e, "pool", None)]
+        assert len(pooled) == 1 and len(pooled[0].pool) == 1
+        sizes.append(max(b.shape[0] for b in pooled[0].pool[0]))
+    assert sizes[0] == 64 and sizes[1] > 64           # the first call fits, the second grows
+    assert sizes[2] == sizes[1] and sizes[3] > sizes[1] and sizes[4] == sizes[3]

@@ -269,24 +269,24 @@ class _Specializer:
                                                                      zero_guards=zero_guards)
             loaded, path, locs = backend.load(code, ns.ns, parts + [name], name)
             fn = loaded[-1]
+            slow = _lazy(lambda a: make(True, a)) if retry else None
             if stacks:
-                fn = _pooled(fn, stacks, value)
-            else:
-                fn = _fast(_checked(fn, path, locs, ir.name), args)
-                if not value:
-                    fn = _drop_value(fn, len(args))
-            if stacks and backend.compiled:
-                fn.compiled = _checked(fn.compiled, path, locs, ir.name).compile_for(
-                    tuple(args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
-            return fn, diffable, retry
+                if backend.compiled:
+                    fn = _checked(fn, path, locs, ir.name).compile_for(
+                        tuple(args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
+                return _pooled(fn, stacks, value, len(args), slow), diffable
+            fn = _fast(_checked(fn, path, locs, ir.name), args)
+            if not value:
+                fn = _drop_value(fn, len(args))
+            if slow is not None:
+                fn = _with_zero_guards(fn, slow)
+            return fn, diffable
 
         # zero-cotangent tests inside loops cost up to 1.6x on tight loops; the gradient runs
         # without them and, in the rare case that a gradient comes out nan (which is when
         # leaving them out can matter), again with them, compiled then (docs/numerics.md).
         # Not on python: speed matters less there than numpy's warnings for the 0 * inf
-        fn, diffable, retry = make(backend.zero_guards_first, self._args)
-        if retry:
-            fn = _with_zero_guards(fn, lambda args: make(True, args)[0])
+        fn, diffable = make(backend.zero_guards_first, self._args)
         fn = safety.guard_grad(fn, self.mode, p, ir)
         if p.flat is not None:
             return _flat_entry(fn, p.flat, wrt, diffable, single, value)
@@ -372,21 +372,28 @@ class _Specializer:
         return run
 
 
-def _with_zero_guards(fast: Callable, make: Callable) -> Callable:
-    """``fast`` (a fused gradient without in-loop zero-cotangent tests), falling back to
-    ``make(args)``, the variant with them, when ``fast`` raises ZeroCotangentRetry."""
-    slow: List[Callable] = []
+def _lazy(make: Callable) -> Callable:
+    """``slow(args)``: calls ``make(args)[0]``, built on the first call only (under the
+    load lock: two threads may want it at once)."""
+    built: List[Callable] = []
 
+    def slow(args):
+        if not built:
+            with LOAD_LOCK:
+                if not built:
+                    built.append(make(args)[0])
+        return built[0](*args)
+    return slow
+
+
+def _with_zero_guards(fast: Callable, slow: Callable) -> Callable:
+    """``fast`` (a fused gradient without in-loop zero-cotangent tests), falling back to
+    ``slow(args)``, the variant with them, when ``fast`` raises ZeroCotangentRetry."""
     def run(*args):
         try:
             return fast(*args)
         except ZeroCotangentRetry:
-            pass
-        if not slow:
-            with LOAD_LOCK:
-                if not slow:
-                    slow.append(make(args))
-        return slow[0](*args)
+            return slow(args)
     run.compiled = getattr(fast, "compiled", fast)
     return run
 
@@ -582,36 +589,52 @@ def _dtype(dt: str):
     return getattr(np, dt.split(".")[-1])
 
 
-class _pooled:
-    """Calls a fused gradient whose tape buffers are kept between calls.
+def _pooled(compiled: Callable, stacks, value: bool, nargs: int,
+            slow: Optional[Callable] = None) -> Callable:
+    """``g(*args)``: a fused gradient ``compiled(*args, *buffers)`` whose tape buffers are
+    kept between calls; with ``slow``, the variant to call when it raises
+    ZeroCotangentRetry (``_with_zero_guards``).
 
-    A pool (not a single slot) keeps this correct under recursion and threads:
-    each call takes buffers from the pool or allocates small ones, and returns
-    the (possibly grown) buffers afterwards.
-    """
-    __slots__ = ("compiled", "stacks", "value", "pool", "fresh")
+    A pool (not a single slot) keeps this correct under recursion and threads: each call
+    takes buffers from the pool or allocates small ones, and puts them back afterwards,
+    replaced by the larger ones the call grew (``emit_fused`` returns ``None`` for a
+    buffer that did not grow).  The wrapper is generated with ``nargs`` parameters: a
+    ``*args`` wrapper costs more than a small gradient (sincos, Bessel)."""
+    pool: list = []
+    dts = [_dtype(dt) for _, dt in stacks]
 
-    def __init__(self, compiled, stacks, value):
-        self.compiled = compiled
-        self.stacks = stacks
-        self.value = value
-        self.pool: list = []
-        self.fresh = lambda: tuple(np.empty(64, _dtype(dt)) for _, dt in stacks)
+    def fresh():
+        return tuple(np.empty(64, d) for d in dts)
 
-    def __call__(self, *args):
-        pool = self.pool
-        try:
-            bufs = pool.pop()       # atomic: another thread may take the last one
-        except IndexError:
-            bufs = self.fresh()
-        r = self.compiled(*args, *bufs)
-        if _DEFERRED[0]:
-            _raise_deferred()       # Ctrl-C during the call (zyg/numerics.py)
-        # the generated code returns the value and the gradient (grad drops the value)
-        pool.append(r[2:])
-        if self.value:
-            return r[0], r[1]
-        return r[1]
+    def merge(old, grown):
+        return tuple(o if n is None else n for o, n in zip(old, grown))
+
+    params = ", ".join(f"a{i}" for i in range(nargs))
+    call = f"_r = compiled({params}{', ' if nargs else ''}{', '.join(f'_b[{k}]' for k in range(len(dts)))})"
+    if slow is not None:
+        call = (f"try:\n        {call}\n    except Retry:\n"
+                f"        return slow(({params}{',' if nargs == 1 else ''}))")
+    grown = " or ".join(f"_r[{2 + k}] is not None" for k in range(len(dts)))
+    src = (f"def g({params}):\n"
+           f"    try:\n"
+           f"        _b = pop()       # atomic: another thread may take the last one\n"
+           f"    except IndexError:\n"
+           f"        _b = fresh()\n"
+           f"    {call}\n"
+           f"    if {grown}:\n"
+           f"        _b = merge(_b, _r[2:])\n"
+           f"    append(_b)\n"
+           f"    if deferred[0]:\n"
+           f"        raise_deferred()     # Ctrl-C during the call (zyg/numerics.py)\n"
+           f"    return {'(_r[0], _r[1])' if value else '_r[1]'}\n")
+    ns = {"pop": pool.pop, "append": pool.append, "fresh": fresh, "merge": merge,
+          "compiled": compiled, "slow": slow, "Retry": ZeroCotangentRetry,
+          "deferred": _DEFERRED, "raise_deferred": _raise_deferred}
+    exec(src, ns)
+    g = ns["g"]
+    g.compiled = compiled
+    g.pool = pool
+    return g
 
 
 def _drop_value(fn: Callable, nargs: int) -> Callable:
