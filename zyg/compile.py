@@ -241,8 +241,22 @@ def compile_notice(fname: str, locs=None):
 
 
 def compile_for_types(dispatcher, sig: tuple) -> None:
-    with _numba_recursion_limit(), _other_processes_wait(dispatcher):
+    with _numba_recursion_limit(), _other_processes_wait(dispatcher), _quiet_matmul_layout():
         _compile_for_types(dispatcher, sig)
+
+
+@contextlib.contextmanager
+def _quiet_matmul_layout():
+    """Generated adjoints multiply by transposes (``a.T @ dy``) with no copy; numba warns
+    ("'@' is faster on contiguous arrays") when an operand has the 'A' layout (a view the
+    user passed) and copies it itself.  That is the right thing, and the warning would point
+    at generated code the user cannot change: silenced while zyg compiles."""
+    import warnings
+    from numba.core.errors import NumbaPerformanceWarning
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="'@' is faster on contiguous arrays",
+                                category=NumbaPerformanceWarning)
+        yield
 
 
 #: longest wait (seconds) for another process compiling the same module

@@ -288,7 +288,9 @@ class _Specializer:
         # Not on python: speed matters less there than numpy's warnings for the 0 * inf
         fn, diffable = make(backend.zero_guards_first, self._args)
         fn = safety.guard_grad(fn, self.mode, p, ir)
-        if p.flat is not None:
+        if p.flat is not None and any(t is not None for t in p.flat.param_trees):
+            # tuple parameters: flattened in, gradients regrouped (a tuple only among the
+            # function's values, such as ``X.shape``, leaves the parameters as they are)
             return _flat_entry(fn, p.flat, wrt, diffable, single, value)
         if single:
             if wrt[0] in diffable:

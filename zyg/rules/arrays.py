@@ -333,6 +333,10 @@ def _conj_operands(c: Ctx) -> Tuple[str, str]:
 
 
 def _dot(c: Ctx, i: int) -> Optional[str]:
+    # ``a.T @ dy`` with no copy: the transpose of a C array is an F array, which numba
+    # hands to BLAS as it is (a copy of the transpose cost 5x the product itself for a
+    # 128 x 784 matrix); numba copies only 'A'-layout operands, and the performance
+    # warning it gives then is silenced for generated code (zyg/compile.py)
     na, nb = c.nd(0), c.nd(1)
     (a, b), dy = _conj_operands(c), c.dy
     if na == 0 or nb == 0:        # a scalar factor: elementwise product
@@ -340,12 +344,11 @@ def _dot(c: Ctx, i: int) -> Optional[str]:
     if (na, nb) == (1, 1):
         return f"{dy} * {b}" if i == 0 else f"{dy} * {a}"
     if (na, nb) == (2, 1):
-        return f"np.outer({dy}, {b})" if i == 0 else f"np.ascontiguousarray({a}.T) @ {dy}"
+        return f"np.outer({dy}, {b})" if i == 0 else f"{a}.T @ {dy}"
     if (na, nb) == (1, 2):
         return f"{b} @ {dy}" if i == 0 else f"np.outer({a}, {dy})"
     if (na, nb) == (2, 2):
-        return (f"{dy} @ np.ascontiguousarray({b}.T)" if i == 0
-                else f"np.ascontiguousarray({a}.T) @ {dy}")
+        return f"{dy} @ {b}.T" if i == 0 else f"{a}.T @ {dy}"
     raise _RuleError("np.dot / @ are differentiable for 1-D and 2-D operands")
 
 
@@ -374,7 +377,7 @@ def _inner(c: Ctx, i: int) -> Optional[str]:
     if (na, nb) == (1, 2):            # y = b @ a
         return f"{dy} @ {b}" if i == 0 else f"np.outer({dy}, {a})"
     if (na, nb) == (2, 2):            # y = a @ b.T
-        return f"{dy} @ {b}" if i == 0 else f"np.ascontiguousarray({dy}.T) @ {a}"
+        return f"{dy} @ {b}" if i == 0 else f"{dy}.T @ {a}"
     raise _RuleError("np.inner is differentiable for 1-D and 2-D operands")
 
 
@@ -612,7 +615,7 @@ def base_primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[st
         if fn is np.inner and (na, nb) == (1, 2):
             return f"({b} @ {a})"
         if fn is np.inner and (na, nb) == (2, 2):
-            return f"({a} @ np.ascontiguousarray({b}.T))"
+            return f"({a} @ {b}.T)"
         return f"({a} @ {b})"           # numba cannot type np.matmul itself
     if ax is None or ax is _NOCONST:
         return None
