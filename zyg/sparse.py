@@ -65,22 +65,42 @@ def colour_columns(P) -> np.ndarray:
 
 def _colour_columns(P) -> np.ndarray:
     import scipy.sparse as sp
-    n = P.shape[1]
     R = sp.csr_matrix(P)
-    colour = np.full(n, -1, np.int64)
     order = np.argsort(-np.diff(P.indptr), kind="stable")
-    for j in order:
-        rows = P.indices[P.indptr[j]:P.indptr[j + 1]]
-        used = set()
-        for r in rows:
-            for k in R.indices[R.indptr[r]:R.indptr[r + 1]]:
-                if colour[k] >= 0:
-                    used.add(int(colour[k]))
-        c = 0
-        while c in used:
-            c += 1
-        colour[j] = c
-    return colour
+    return _greedy()(np.ascontiguousarray(P.indptr, np.int64), np.ascontiguousarray(P.indices, np.int64),
+                     np.ascontiguousarray(R.indptr, np.int64), np.ascontiguousarray(R.indices, np.int64),
+                     order.astype(np.int64))
+
+
+_GREEDY: List[Callable] = []
+
+
+def _greedy() -> Callable:
+    """The greedy colouring, compiled (in Python it took 4.5 s for bundle adjustment's
+    8,000 x 32,000 pattern; compiled, milliseconds): column ``j`` (in ``order``) gets the
+    smallest colour no column sharing a row with it has yet."""
+    if not _GREEDY:
+        import numba
+
+        @numba.njit(cache=True, nogil=True)
+        def greedy(indptr, indices, rindptr, rindices, order):
+            n = indptr.shape[0] - 1
+            colour = np.full(n, -1, np.int64)
+            seen = np.full(n + 1, -1, np.int64)     # seen[c] == j: a neighbour of j has colour c
+            for j in order:
+                for a in range(indptr[j], indptr[j + 1]):
+                    r = indices[a]
+                    for b in range(rindptr[r], rindptr[r + 1]):
+                        ck = colour[rindices[b]]
+                        if ck >= 0:
+                            seen[ck] = j
+                c = 0
+                while seen[c] == j:
+                    c += 1
+                colour[j] = c
+            return colour
+        _GREEDY.append(greedy)
+    return _GREEDY[0]
 
 
 def by_columns(P, product: Callable[[np.ndarray], np.ndarray], products=None, chunk: int = 32):
@@ -102,17 +122,16 @@ def by_columns(P, product: Callable[[np.ndarray], np.ndarray], products=None, ch
             MV = np.reshape(products(V), (k, m))
             for c in range(c0, c0 + k):
                 got[c] = MV[c - c0]
-    for c in range(ncol):
-        cols = np.nonzero(colour == c)[0]
-        if products is not None:
-            Mv = got[c]
-        else:
+    if products is None:
+        for c in range(ncol):
             v = np.zeros(n)
-            v[cols] = 1.0
-            Mv = np.ravel(product(v))
-        for j in cols:
-            a, b = P.indptr[j], P.indptr[j + 1]
-            vals[a:b] = Mv[P.indices[a:b]]
+            v[colour == c] = 1.0
+            got[c] = np.ravel(product(v))
+    if ncol:
+        # entry e of column j in row r is the product of j's colour, at r
+        G = np.stack([got[c] for c in range(ncol)])
+        of_entry = np.repeat(colour, np.diff(P.indptr))
+        vals = G[of_entry, P.indices]
     out = sp.csc_matrix((vals, P.indices.copy(), P.indptr.copy()), shape=(m, n)).tocsr()
     out.passes = int(colour.max()) + 1 if n else 0      # products computed (a measurement)
     return out
