@@ -5,6 +5,7 @@ zyg.hessian and the sparse forward colouring, which run on it."""
 from __future__ import annotations
 
 import collections
+import math
 
 import numpy as np
 import pytest
@@ -230,6 +231,38 @@ def test_jacobian_fwd_rev_fd(target, monkeypatch):
     Jnr = zyg.jacobian(numpy_rules, argnums=0, mode="rev", target=target)(A, np.ones(4))
     assert Jn.shape == (4, 4, 4)
     np.testing.assert_allclose(Jn, Jnr, rtol=1e-11, atol=1e-11)
+
+
+def scalar_stencil(x, c):
+    # loops over numbers only: its vector form computes no array by a rule
+    n = x.shape[0]
+    y = np.zeros(n)
+    for i in range(n):
+        s = 0.0
+        for k in range(max(0, i - 1), min(n, i + 2)):
+            s += math.sin(c * x[k]) * x[i]
+        y[i] = s
+    x[0] = 3.0 * c                      # a write into the argument: every pass sees the input
+    return y
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_jacobian_of_loops_over_numbers_runs_scalar_passes(target, monkeypatch):
+    """jacobian(mode="fwd") of a function whose vector form is only loops over numbers runs
+    the scalar jvp per column (faster there); the same matrix as the vector pass, the
+    reverse mode and central differences."""
+    monkeypatch.setattr(api, "JAC_CHUNK", 4)
+    x = np.linspace(-1.0, 1.0, 9)
+    J = zyg.jacobian(scalar_stencil, mode="fwd", target=target)(x.copy(), 0.7)
+    keys = [k for k in api._JVPS if k[0] is scalar_stencil and k[-1] == "batched"]
+    assert keys and all(k in api._SCALAR_VECTOR_FORMS for k in keys)
+    E = np.eye(9)
+    _, T = zyg.jvp(scalar_stencil, (x.copy(), 0.7), (E, None), target=target, batched=True)
+    assert _vector_pass(scalar_stencil)
+    np.testing.assert_allclose(J, T.T, rtol=1e-13, atol=1e-13)
+    Jr = zyg.jacobian(scalar_stencil, mode="rev", target=target)(x.copy(), 0.7)
+    np.testing.assert_allclose(J, Jr, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(J, _central(scalar_stencil, (x.copy(), 0.7), 0), rtol=1e-6, atol=1e-6)
 
 
 def vec_loss(x):

@@ -293,10 +293,18 @@ def _stack(outs):
     return np.stack([np.asarray(x) for x in outs])
 
 
-def _jvp_batched(f, primals, tangents, target):
+#: keys of ``_JVPS`` whose vector form computes no array by a rule (loops over numbers)
+_SCALAR_VECTOR_FORMS: set = set()
+
+
+def _jvp_batched(f, primals, tangents, target, lanes_if_scalar: bool = False):
     """``jvp(..., batched=True)``: one pass of the vector forward mode, or where the
     function has a construct that has no vector form (forward_batched.NotBatched), the
-    scalar jvp once per lane."""
+    scalar jvp once per lane.  ``lanes_if_scalar`` (``jacobian``): the scalar jvp once
+    per lane also where the vector form is only loops over numbers, in which the scalar
+    pass keeps every value in a register and numba vectorises it: a lane loop around each
+    statement does neither (hand tracking's Jacobian: 26 scalar passes 40 ms, one vector
+    pass 84 ms; benchmarks/vector_forward.md found the same for Hessians)."""
     f, primals = _bind(f, primals)
     tangents = tangents + (None,) * (len(primals) - len(tangents))
     backend = backends.host(target, "jvp")
@@ -332,8 +340,8 @@ def _jvp_batched(f, primals, tangents, target):
             entry = _JVPS.get(key)
             if entry is None:
                 entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, batched=True,
-                                                wrt=given)
-    if entry[0] is None:
+                                                wrt=given, scalar_key=key)
+    if entry[0] is None or lanes_if_scalar and key in _SCALAR_VECTOR_FORMS:
         # per lane: the scalar jvp k times
         outs = [jvp(f, primals[:nuser], tuple(_lane(t, j) for t in tangents[:nuser]),
                     target=target) for j in range(K)]
@@ -384,9 +392,10 @@ def _given(tangents, kinds, nuser, ir) -> Tuple[int, ...]:
     return got or every
 
 
-def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None):
+def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None, scalar_key=None):
     """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once), with a
-    tangent for the arguments ``wrt`` (every float argument by default)."""
+    tangent for the arguments ``wrt`` (every float argument by default).  A vector form
+    without array math puts ``scalar_key`` in ``_SCALAR_VECTOR_FORMS``."""
     from .pullbacks.forward import Forward, check_forward_kinds
     if wrt is None:
         wrt = [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)]
@@ -399,6 +408,8 @@ def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None):
             code = fwd.emit(f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk")
         except NotBatched:
             return (None,)
+        if not fwd.array_math and scalar_key is not None:
+            _SCALAR_VECTOR_FORMS.add(scalar_key)
         stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk"
     else:
         fwd = Forward(p)
@@ -836,7 +847,7 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
             E[np.arange(K), np.arange(c0, c0 + K)] = 1.0
             t = [None] * len(args)
             t[i] = E.reshape((K,) + xs) if xs else E[:, 0].astype(np.float64)
-            y, ty = jvp(fn, args, tuple(t), target=target, batched=True)
+            y, ty = _jvp_batched(fn, tuple(args), tuple(t), target, lanes_if_scalar=True)
             if isinstance(y, tuple):
                 raise TypeMismatch("jacobian: tuple results are not supported; take one entry")
             return y, np.reshape(ty, (K, -1)).T
