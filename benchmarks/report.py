@@ -115,6 +115,7 @@ def markdown(results: dict[str, Any]) -> str:
         ["case"] + list(_RATIO_KEYS) + ["notes"],
         [[c["case"]] + [_ratio(c, k) for k in _RATIO_KEYS] + [_case_notes(c)] for c in cases],
     )
+    out += _goals_section(cases)
     out += _first_call_section(results)
     out += _overhead_section(results.get("call_overhead"))
     out += _verification_section(cases)
@@ -123,6 +124,38 @@ def markdown(results: dict[str, Any]) -> str:
     out += [f"- {p}" for p in problems] if problems else ["None."]
     out += ["", f"Total wall time {results.get('wall_s', 0.0):.1f} s.", ""]
     return "\n".join(out)
+
+
+# the goals of ../shared/BENCHMARKS.md ("Goals"): zyg/hand within 1.3, within 1.1 on the
+# scalar and loop workloads; faster than JAX jit everywhere, by 10x on the small scalar
+# ones; 10x faster than PyTorch eager and autograd on every loop workload
+_SCALAR_LOOP = {"sincos", "pow", "taylor", "bessel", "lse_loop"}
+_SMALL_SCALAR = {"sincos", "bessel"}
+_LOOPS = {"pow", "taylor", "bessel", "lse_loop", "gmm", "lstm", "ode"}
+
+
+def _goals_section(cases: list[dict[str, Any]]) -> list[str]:
+    """Each case's ratios against the goals, with whether this run meets them."""
+    def check(case, key, goal):
+        v = case["ratios"].get(key)
+        if v is None:
+            return f"- (goal {goal:g})"
+        return f"{v:.3g} {'yes' if v <= goal else '**no**'} (goal {goal:g})"
+    rows = []
+    for c in cases:
+        w = c.get("workload", c["case"].split("[")[0])
+        hand = 1.1 if w in _SCALAR_LOOP else 1.3
+        jax = 0.1 if w in _SMALL_SCALAR else 1.0
+        rows.append([c["case"], check(c, "zyg/hand", hand), check(c, "zyg/jax", jax),
+                     check(c, "zyg/torch", 0.1) if w in _LOOPS else "-",
+                     check(c, "zyg/autograd", 0.1) if w in _LOOPS else "-"])
+    met = sum(cell.count(" yes ") for r in rows for cell in r[1:])
+    total = sum(cell.count(" yes ") + cell.count("**no**") for r in rows for cell in r[1:])
+    return ["", "## Against the goals (shared/BENCHMARKS.md)", "",
+            f"{met} of {total} ratio goals met in this run. zyg/hand: 1.1 on the scalar and "
+            "loop workloads, 1.3 on the others; zyg/jax: faster (below 1), by 10x on the "
+            "small scalar ones; zyg/torch and zyg/autograd: 10x faster on the loop workloads.",
+            ""] + _table(["case", "zyg/hand", "zyg/jax", "zyg/torch", "zyg/autograd"], rows)
 
 
 def _first_call_section(results: dict[str, Any]) -> list[str]:
