@@ -651,7 +651,8 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu", sparsity: Any
     (a float or a 1-D array), by forward mode over reverse mode: one Hessian-vector
     product per column, looped over inside the generated code.  With ``sparsity`` (the
     ``n x n`` pattern, scipy.sparse or boolean) a ``scipy.sparse.csr_matrix`` from one
-    Hessian-vector product per colour of structurally orthogonal columns."""
+    Hessian-vector product per colour of structurally orthogonal columns;
+    ``sparsity="detect"``: the pattern found by zyg (as ``jacobian``)."""
     backends.host(target, "hessian")
     if not isinstance(argnums, (int, np.integer)):
         raise TypeError("hessian takes one argnum")
@@ -666,6 +667,21 @@ def hessian(f: Callable, argnums: int = 0, *, target: str = "cpu", sparsity: Any
         if isinstance(x, np.ndarray) and x.ndim != 1:
             raise TypeMismatch("hessian: the argument must be a float or a 1-D array")
         slot = _second_order(fn, args, a, target)
+        if isinstance(sparsity, str):
+            from . import sparse
+            if sparsity != sparse.DETECT:
+                raise ValueError(f"sparsity={sparsity!r}: give a pattern or 'detect'")
+            n = int(np.size(x))
+
+            def dense(b):
+                return np.reshape(_run_compiled(slot, 0, _full_args(fn, b)), (n, n))
+
+            def product(v):
+                w = v.astype(x.dtype) if isinstance(x, np.ndarray) else float(v[0])
+                return _run_compiled(slot, 1, _full_args(fn, args) + (w,))
+            return sparse.detected((unwrap(fn), a, sparse._shapes(args), target, "hessian"),
+                                   args, a, (n, n), dense, lambda P: hessian(
+                                       fn, a, target=target, sparsity=P)(*args), product)
         if sparsity is not None:
             from . import sparse
             full = _full_args(fn, args)
@@ -804,6 +820,33 @@ def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:
 JAC_CHUNK = 32      # lanes per vector forward pass of jacobian(mode="fwd") and sparse colourings
 
 
+def _detected_jacobian(fn, args, i, sparsity, mode, target):
+    """``jacobian(f, sparsity="detect")``: the pattern found by zyg (zyg/sparse.py)."""
+    from . import sparse
+    if sparsity != sparse.DETECT:
+        raise ValueError(f"sparsity={sparsity!r}: give a pattern or 'detect'")
+    args = tuple(args)
+    dense_jac = jacobian(fn, argnums=i, mode=mode, target=target)
+    n_in = int(np.size(args[i]))
+
+    def dense(a):
+        M = np.asarray(dense_jac(*a))
+        return M.reshape(-1, n_in)
+    first = sparse._DETECTED.get((unwrap(fn), i, sparse._shapes(args), target, "jacobian"))
+    n_out = first.shape[0] if first is not None else dense(args).shape[0]
+
+    def product(v):
+        t = [None] * len(args)
+        t[i] = v.reshape(np.shape(args[i])).astype(np.asarray(args[i]).dtype) if np.shape(args[i]) \
+            else float(v[0])
+        return jvp(fn, args, tuple(t), target=target)[1]
+    return sparse.detected((unwrap(fn), i, sparse._shapes(args), target, "jacobian"), args, i,
+                           (n_out, n_in), dense,
+                           lambda P: sparse.jacobian(fn, args, i, P, mode, target, jvp, _pullback,
+                                                     chunk=JAC_CHUNK),
+                           product)
+
+
 def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str = "cpu",
              sparsity: Any = None) -> Callable:
     """``jacobian(f)(*args)``: the Jacobian of ``f`` w.r.t. argument ``argnums``.
@@ -817,6 +860,8 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
     ``sparsity``: the pattern of the Jacobian as a ``prod(S) x prod(A)`` scipy.sparse
     matrix or boolean array; then the result is a ``scipy.sparse.csr_matrix`` computed
     with one pass per colour of structurally orthogonal columns (or rows) (``zyg/sparse.py``).
+    ``sparsity="detect"``: the pattern found by zyg and kept, every result checked by one
+    product along a random direction (``zyg.sparse.detected``).
     """
     if mode not in ("auto", "fwd", "rev"):
         raise ValueError("mode must be 'auto', 'fwd' or 'rev'")
@@ -832,6 +877,8 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
         if not (isinstance(x, (float, np.floating)) or
                 isinstance(x, np.ndarray) and x.dtype.kind == "f"):
             raise TypeMismatch(f"jacobian: argument {i} must be a float or a float array")
+        if isinstance(sparsity, str):
+            return _detected_jacobian(fn, args, i, sparsity, mode, target)
         if sparsity is not None:
             from . import sparse
             return sparse.jacobian(fn, args, i, sparsity, mode, target, jvp, _pullback,

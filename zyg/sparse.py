@@ -14,6 +14,16 @@ block-diagonal one as many as its widest block.  In reverse mode the same is don
 rows (one pullback per group of rows that share no column).  A Hessian is recovered
 column by column from Hessian-vector products the same way (direct recovery: symmetry is
 not used).  The result is a ``scipy.sparse.csr_matrix`` of the pattern's shape.
+
+``sparsity="detect"``: zyg finds the pattern itself on the first call for given argument
+types and shapes (:func:`detected`), and keeps it: the nonzeros of the dense matrix at the
+point of the call and at a randomly perturbed point (two dense passes, once).  The pattern
+is the one of those points' control flow; every later call therefore checks the sparse
+result with one more product along a random direction (a Jacobian-vector or
+Hessian-vector product compared with ``M @ v``), and where they differ, the pattern
+missed an entry at this point: the matrix is then computed densely here, returned with
+the larger pattern, and that pattern kept.  A detected pattern never yields a wrong
+matrix silently, short of an entry smaller than 1e-7 of its row's scale.
 """
 from __future__ import annotations
 
@@ -195,6 +205,78 @@ def jacobian(fn: Callable, args: Sequence[Any], i: int, sparsity: Any, mode: str
     if mode == "fwd":
         return by_columns(P, column_product, column_products, chunk)
     return by_rows(P, row_product)
+
+
+DETECT = "detect"
+_DETECTED: "OrderedDict[Any, Any]" = OrderedDict()
+_DETECTED_KEPT = 64
+GUARD_RTOL = 1e-7
+
+
+def _shapes(args: Sequence[Any]) -> tuple:
+    return tuple((a.dtype.str, a.shape) if isinstance(a, np.ndarray) else type(a).__name__
+                 for a in args)
+
+
+def _perturbed(args: Sequence[Any], i: int, rng) -> tuple:
+    x = args[i]
+    if isinstance(x, np.ndarray):
+        x2 = (x + 1e-3 * (np.abs(x) + 1.0) * rng.standard_normal(x.shape)).astype(x.dtype)
+    else:
+        x2 = float(x) + 1e-3 * (abs(float(x)) + 1.0) * float(rng.standard_normal())
+    return tuple(args[:i]) + (x2,) + tuple(args[i + 1:])
+
+
+def _with_pattern(M: np.ndarray, P) -> Any:
+    """``M``'s entries on pattern ``P`` (a boolean array) as a csr_matrix."""
+    import scipy.sparse as sp
+    rows, cols = np.nonzero(P)
+    return sp.csr_matrix((M[rows, cols], (rows, cols)), shape=P.shape)
+
+
+def detected(key: Any, args: Sequence[Any], i: int, shape: Tuple[int, int], dense: Callable,
+             given: Callable, product: Callable):
+    """The sparse matrix (``shape``) of a detected pattern.
+
+    ``dense(args)``: the dense matrix at ``args``; ``given(P)``: the sparse matrix computed
+    with pattern ``P`` (by colouring); ``product(v)``: the matrix times ``v`` by one
+    derivative pass (the check).  ``key`` names the function, the argument and the
+    argument types and shapes the pattern is kept for."""
+    import scipy.sparse as sp
+    P = _DETECTED.get(key)
+    rng = np.random.default_rng()
+    if P is None:
+        M = np.reshape(dense(args), shape)
+        found = M != 0                       # nan and inf entries count as entries
+        try:
+            found |= np.reshape(dense(_perturbed(args, i, rng)), shape) != 0
+        except (ArithmeticError, ValueError):
+            pass                            # the perturbed point is outside f's domain
+        _keep(key, sp.csc_matrix(found))
+        return _with_pattern(M, found)
+    _DETECTED.move_to_end(key)
+    out = given(P)
+    v = rng.standard_normal(shape[1])
+    mv = np.ravel(product(v))
+    ref = out @ v
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = abs(out) @ np.abs(v) + np.abs(mv)
+        fin = np.isfinite(mv) & np.isfinite(ref)
+        if np.array_equal(np.isfinite(mv), np.isfinite(ref)) and \
+                np.all(np.abs(mv - ref)[fin] <= GUARD_RTOL * scale[fin]):
+            return out
+    # the pattern missed an entry at this point (another branch taken): dense here, and
+    # the larger pattern kept
+    M = np.reshape(dense(args), shape)
+    found = P.toarray() | (M != 0)
+    _keep(key, sp.csc_matrix(found))
+    return _with_pattern(M, found)
+
+
+def _keep(key: Any, P) -> None:
+    _DETECTED[key] = P
+    while len(_DETECTED) > _DETECTED_KEPT:
+        _DETECTED.popitem(last=False)
 
 
 def hessian(hvp: Callable, n: int, sparsity: Any, hvps=None, chunk: int = 32):
