@@ -42,7 +42,7 @@ from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
 from ..ssa.captured import Closure
 from ..ssa.emit import Def, _ident as ident, var_name
 from ..ssa.lower import unwrap
-from ..ssa.prims import Prim
+from ..ssa.prims import MakeTuple, Prim
 from .forward import Forward, check_forward_kinds
 from .transform import emit_split, plan
 
@@ -278,10 +278,11 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
         raise lw.unsupported(where, "zyg.grad of a zyg transform inside a differentiated function "
                                     "(a third derivative) is not supported",
                              "differentiate a function that calls zyg.grad once")
-    if not isinstance(argnums, (int, np.integer)) or isinstance(argnums, bool):
+    several = isinstance(argnums, tuple)
+    nums = argnums if several else (argnums,)
+    if not nums or any(not isinstance(k, (int, np.integer)) or isinstance(k, bool) for k in nums):
         raise lw.unsupported(where, f"zyg.grad with argnums={argnums!r} inside a differentiated "
-                                    "function: one int argnum is supported (one gradient)",
-                             "call zyg.grad once per argument")
+                                    "function: an int or a non-empty tuple of ints is supported")
     if node.keywords or any(isinstance(x, gast.Starred) for x in node.args):
         raise lw.unsupported(node, "a gradient inside a differentiated function takes "
                                    "positional arguments only")
@@ -291,15 +292,22 @@ def lower_grad_call(lw, found: Tuple[str, Any, Any], node, hint: str):
     if code is not None and code.co_argcount != n:
         raise lw.unsupported(node, f"{py.__name__}() takes {code.co_argcount} arguments, and its "
                                    f"gradient is called with {n}")
-    if not -n <= int(argnums) < n:
-        raise lw.unsupported(where, f"argnums {int(argnums)} out of range for {n} arguments")
+    for k in nums:
+        if not -n <= int(k) < n:
+            raise lw.unsupported(where, f"argnums {int(k)} out of range for {n} arguments")
     args = [lw.expr(x) for x in node.args]
     # g's guards are guards of the calling code too, and the arrays g reads from its
     # closure and globals are passed on from the caller's hidden parameters
     reads = ssa_of(py).reads
     lw.reads.merge(reads)
     args += [lw.hidden_param(s) for s in reads.hidden]
-    return lw.emit(GradOf(py, int(argnums) % n, n), args, node, hint)
+    if not several:
+        return lw.emit(GradOf(py, int(argnums) % n, n), args, node, hint)
+    # a tuple of argnums: the tuple of the gradients, one primitive each (each runs g's
+    # recording primal and adjoint: k passes where one could give all k)
+    grads = [lw.emit(GradOf(py, int(k) % n, n), args, node, f"{hint}_d{int(k) % n}")
+             for k in nums]
+    return lw.emit(MakeTuple(), grads, node, hint)
 
 
 def _static_int(lw, node) -> Any:
