@@ -251,6 +251,9 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     return y, ty
 
 
+jvp._zyg_maker = "jvp"        # recognised inside differentiated code (pullbacks/gradcall.py)
+
+
 def _lanes_of(tangents) -> int:
     """The common lane count ``k`` of batched tangents (their leaves' leading axis)."""
     ks = set()

@@ -110,6 +110,104 @@ class GradOf(Prim):
         return f"{h}({', '.join(list(args) + [em.t(st.expr.args[i]) for i in act])})"
 
 
+class JvpOf(Prim):
+    """The tangent part of ``zyg.jvp(fn, primals, tangents)`` inside a differentiated
+    function: ``ty = sum_j <d fn / d x_j, t_j>`` over the arguments ``on`` given a
+    tangent, for a real ``fn``.  Operands: ``fn``'s arguments (its hidden ones after the
+    user's), then the tangents of ``on``.  (The value part is ``fn``'s call itself.)
+
+    All parts are gradients and second derivatives of ``fn`` by the functions GradOf uses:
+    the primal sums ``grad_function`` products; the cotangent of argument ``i`` is
+    ``dy`` times the derivative of ``d fn / d x_i`` along the tangents
+    (``tangent_function``, Hessian-vector symmetry), that of tangent ``t_j`` is ``dy``
+    times ``d fn / d x_j``; forward mode (a jvp of a function calling jvp) adds both."""
+
+    def __init__(self, fn: Any, on: Tuple[int, ...], nall: int):
+        self.fn = fn
+        self.on = tuple(on)
+        self.nall = nall        # fn's arguments, hidden ones included
+        self.name = f"zyg.jvp({getattr(fn, '__name__', 'f')}, tangents on {list(on)})"
+
+    def _key(self):
+        return (id(self.fn), self.on, self.nall)
+
+    def __call__(self, *ops):
+        from ..api import jvp
+        args = ops[:self.nall]
+        t = [None] * self.nall
+        for j, x in zip(self.on, ops[self.nall:]):
+            t[j] = x
+        return jvp(self.fn, args, tuple(t), target="python")[1]
+
+    def result_kind_of(self, kinds: Sequence[str]) -> Optional[str]:
+        return "float"
+
+    def check(self, em, st) -> List[str]:
+        kinds = [em.kind(a) for a in st.expr.args[:self.nall]]
+        name = getattr(self.fn, "__name__", "f")
+        for i, k in enumerate(kinds):
+            if is_tuple(k) or k not in ("float", "int", "bool") and \
+                    not (is_array(k) and array_dtype(k) in ("float64", "int64", "int32", "bool")):
+                raise _err(st, f"zyg.jvp({name}) inside a differentiated function: argument {i} "
+                               f"is a {k}; floats, ints, bools and float64 arrays are supported")
+        for j, x in zip(self.on, st.expr.args[self.nall:]):
+            if not differentiable(kinds[j]):
+                raise _err(st, f"zyg.jvp({name}) inside a differentiated function: argument {j} "
+                               f"is a {kinds[j]} and has no tangent", "give it None as its tangent")
+            if em.kind(x) != kinds[j]:
+                raise _err(st, f"zyg.jvp({name}): the tangent of argument {j} is a {em.kind(x)}, "
+                               f"the argument a {kinds[j]}")
+        return kinds
+
+    @staticmethod
+    def _dot(a: str, b: str, kind: str) -> str:
+        return f"np.sum({a} * {b})" if is_array(kind) else f"({a} * {b})"
+
+    def _grad(self, em, kinds, j) -> str:
+        return em.ns.ref(grad_function(self.fn, kinds, j, em.p.target),
+                         f"zyg_grad_{_ident(self.fn)}_d{j}")
+
+    def primal_src(self, em, st, args: List[str]) -> str:
+        kinds = self.check(em, st)
+        xs, ts = args[:self.nall], args[self.nall:]
+        terms = [self._dot(f"{self._grad(em, kinds, j)}({', '.join(xs)})", t, kinds[j])
+                 for j, t in zip(self.on, ts)]
+        return "(" + " + ".join(terms) + ")" if terms else "0.0"
+
+    def array_rule(self, em, st, active_ops: List[int]):
+        kinds = self.check(em, st)
+        names: Dict[int, str] = {}
+        for i in active_ops:
+            if i < self.nall:
+                fn = tangent_function(self.fn, kinds, i, self.on, em.p.target)
+                names[i] = em.ns.ref(fn, f"zyg_hvp_{_ident(self.fn)}_{i}_t")
+            else:
+                names[i] = self._grad(em, kinds, self.on[i - self.nall])
+
+        def rule(c, i):
+            if i < self.nall:
+                return f"{c.dy} * {names[i]}({', '.join(c.x)})"
+            return f"{c.dy} * {names[i]}({', '.join(c.x[:self.nall])})"
+        return arules.ARule(rule)
+
+    def tangent_src(self, em, st, args: List[str]) -> str:
+        kinds = self.check(em, st)
+        ops = st.expr.args
+        xs, ts = args[:self.nall], args[self.nall:]
+        act = tuple(i for i in range(self.nall) if em.active(ops[i]))
+        terms = []
+        for k, j in enumerate(self.on):
+            if act:
+                fn = tangent_function(self.fn, kinds, j, act, em.p.target)
+                h = em.ns.ref(fn, f"zyg_jvp_{_ident(self.fn)}_{j}_a")
+                d = f"{h}({', '.join(xs + [em.t(ops[i]) for i in act])})"
+                terms.append(self._dot(d, ts[k], kinds[j]))
+            if em.active(ops[self.nall + k]):
+                terms.append(self._dot(f"{self._grad(em, kinds, j)}({', '.join(xs)})",
+                                       em.t(ops[self.nall + k]), kinds[j]))
+        return "(" + " + ".join(terms) + ")" if terms else "0.0"
+
+
 def _err(st, msg: str, hint: Optional[str] = None) -> TypeMismatch:
     loc = st.loc
     return TypeMismatch(msg, loc.filename if loc else None, loc.lineno if loc else None,
@@ -326,8 +424,54 @@ def _static_int(lw, node) -> Any:
     return v
 
 
+def lower_jvp_call(lw, node, hint: str):
+    """``zyg.jvp(g, (x, ...), (t, ...))`` inside a differentiated function: the tuple of
+    ``g``'s value (its call, inlined) and the primitive JvpOf (the tangent)."""
+    usage = "zyg.jvp(g, (x, y), (tx, None)) with tuples written out and g a real function"
+    if len(node.args) != 3 or node.keywords and any(k.arg != "target" for k in node.keywords) or \
+            not all(isinstance(a, gast.Tuple) for a in node.args[1:]) or \
+            len(node.args[1].elts) != len(node.args[2].elts):
+        raise lw.unsupported(node, "zyg.jvp inside a differentiated function takes the function, "
+                                   "a tuple of primals and a tuple of as many tangents, written "
+                                   "out", usage)
+    g = lw.function_value(node.args[0])
+    if g is None or isinstance(g, Closure) or hasattr(g, "_zyg") or _maker(g) is not None:
+        raise lw.unsupported(node, "zyg.jvp inside a differentiated function: the function must "
+                                   "be defined outside the differentiated function", usage)
+    for e in node.args[1].elts:
+        for sub in gast.walk(e):
+            if isinstance(sub, (gast.Call, gast.NamedExpr, gast.Starred)):
+                raise lw.unsupported(e, "zyg.jvp inside a differentiated function: a primal is "
+                                        "read twice (the value and the tangent), so it must be a "
+                                        "variable or an expression without calls", usage)
+    py = unwrap(g)
+    code = getattr(py, "__code__", None)
+    n = len(node.args[1].elts)
+    if code is not None and code.co_argcount != n:
+        raise lw.unsupported(node, f"{py.__name__}() takes {code.co_argcount} arguments; zyg.jvp "
+                                   f"gives it {n}")
+    on, tans = [], []
+    for j, t in enumerate(node.args[2].elts):
+        if isinstance(t, gast.Constant) and (t.value is None or (type(t.value) in (int, float)
+                                                                 and t.value == 0)):
+            continue            # no tangent (zero)
+        on.append(j)
+        tans.append(t)
+    value = lw.expr(gast.Call(func=node.args[0], args=list(node.args[1].elts), keywords=[]))
+    args = [lw.expr(x) for x in node.args[1].elts]
+    reads = ssa_of(py).reads
+    lw.reads.merge(reads)
+    args += [lw.hidden_param(s) for s in reads.hidden]
+    targs = [lw.expr(t) for t in tans]
+    ty = lw.emit(JvpOf(py, tuple(on), len(args)), args + targs, node, hint + "_t")
+    return lw.emit(MakeTuple(), [value, ty], node, hint)
+
+
 def _lower_call(lw, fn: Any, node, hint: str):
-    """The front end's hook: ``zyg.grad(g)(args)`` / ``dg(args)`` as the primitive GradOf."""
+    """The front end's hook: ``zyg.grad(g)(args)`` / ``dg(args)`` as the primitive GradOf,
+    ``zyg.jvp(g, primals, tangents)`` as JvpOf."""
+    if fn is not None and _maker(fn) == "jvp":
+        return lower_jvp_call(lw, node, hint)
     found = transform_of(lw, fn, node)
     return None if found is None else lower_grad_call(lw, found, node, hint)
 

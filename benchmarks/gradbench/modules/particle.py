@@ -87,28 +87,25 @@ def argmin(f, grad, x):
             i = 0
 
 
-UNSUPPORTED = ("forward mode inside a differentiated function (zyg.jvp called in the "
-               "function being differentiated) is refused by zyg: UnsupportedSyntax "
-               "\"global 'potential' of type function cannot be used as a value here\" "
-               "(particle.accel_f)")
-
-
-def unsupported(w):
-    raise NotImplementedError(UNSUPPORTED)
+def descent(outer, euler, target):
+    """GradBench's descent of ``euler`` with its derivative by ``outer``: ``zyg.grad`` (r)
+    or ``zyg.jvp`` (f)."""
+    if outer == "r":
+        d = zyg.grad(euler, target=target)
+        return d, lambda w: argmin(euler, lambda w: (d(w),), [w])[0]
+    d = lambda w: zyg.jvp(euler, (w,), (1.0,), target=target)[1]
+    return d, lambda w: argmin(euler, lambda w: (d(w),), [w])[0]
 
 
 def make(target):
-    """rr and fr: the inner gradient by zyg.grad (reverse), the outer derivative by
-    zyg.grad (rr) or zyg.jvp (fr). rf and ff (forward mode inside) are refused."""
+    """The four variants: the outer derivative by zyg.grad (r) or zyg.jvp (f) of a
+    simulation whose acceleration comes from zyg.grad (r) or zyg.jvp (f) inside it."""
     mod = Module(target)
-    outer_r = zyg.grad(euler_r, target=target)
-    rr = lambda w: argmin(euler_r, lambda w: (outer_r(w),), [w])[0]
-    fr = lambda w: argmin(euler_r, lambda w: (zyg.jvp(euler_r, (w,), (1.0,), target=target)[1],),
-                          [w])[0]
     pre = lambda raw: (float(raw["w"]),)
-    mod.functions["rr"] = (pre, rr, float)
-    mod.functions["fr"] = (pre, fr, float)
-    mod.functions["rf"] = (pre, unsupported, float)
-    mod.functions["ff"] = (pre, unsupported, float)
-    mod.warm_up = lambda: (outer_r(0.0), zyg.jvp(euler_r, (0.0,), (1.0,), target=target))
+    warm = []
+    for name, euler in (("rr", euler_r), ("fr", euler_r), ("rf", euler_f), ("ff", euler_f)):
+        d, run = descent(name[0], euler, target)
+        mod.functions[name] = (pre, run, float)
+        warm.append(d)
+    mod.warm_up = lambda: [d(0.0) for d in warm]
     return mod

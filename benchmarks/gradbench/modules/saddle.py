@@ -10,7 +10,7 @@ import math
 import zyg
 
 from benchmarks.gradbench.common import Module
-from benchmarks.gradbench.modules.particle import UNSUPPORTED, argmin
+from benchmarks.gradbench.modules.particle import argmin
 
 
 def objective(x1, y1, x2, y2):
@@ -49,36 +49,69 @@ def max_r(p1x, p1y, sx, sy):
     return objective(p1x, p1y, x, y)
 
 
-def unsupported(*_):
-    raise NotImplementedError(UNSUPPORTED)
+def max_f(p1x, p1y, sx, sy):
+    """max_r with the inner gradient by forward mode (zyg.jvp along each coordinate)."""
+    x = sx
+    y = sy
+    fx = -objective(p1x, p1y, x, y)
+    gx = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 1.0, 0.0))[1]
+    gy = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 0.0, 1.0))[1]
+    i = 0
+    eta = 1e-5
+    while math.sqrt(gx * gx + gy * gy) > 1e-5:
+        if i == 10:
+            eta *= 2.0
+            i = 0
+        else:
+            xp = x - eta * gx
+            yp = y - eta * gy
+            if math.sqrt((x - xp) * (x - xp) + (y - yp) * (y - yp)) <= 1e-5:
+                break
+            fxp = -objective(p1x, p1y, xp, yp)
+            if fxp < fx:
+                x = xp
+                y = yp
+                fx = fxp
+                gx = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 1.0, 0.0))[1]
+                gy = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 0.0, 1.0))[1]
+                i += 1
+            else:
+                eta /= 2.0
+                i = 0
+    return objective(p1x, p1y, x, y)
 
 
 def make(target):
-    """rr and fr; rf and ff (forward mode inside) are refused as in particle."""
+    """The four variants: the outer gradient (w.r.t. p1) by zyg.grad (r) or zyg.jvp (f),
+    of the inner maximisation whose gradient is by zyg.grad (r) or zyg.jvp (f)."""
     mod = Module(target)
-    g0 = zyg.grad(max_r, argnums=0, target=target)
-    g1 = zyg.grad(max_r, argnums=1, target=target)
     zg2 = zyg.grad(objective, argnums=2, target=target)
     zg3 = zyg.grad(objective, argnums=3, target=target)
 
-    def solve(grad_p1, sx, sy):
-        r1 = argmin(lambda a, b: max_r(a, b, sx, sy), grad_p1(sx, sy), [sx, sy])
+    def solve(grad_p1, inner, sx, sy):
+        r1 = argmin(lambda a, b: inner(a, b, sx, sy), grad_p1(sx, sy), [sx, sy])
         r2 = argmin(lambda a, b: -objective(r1[0], r1[1], a, b),
                     lambda a, b: (-zg2(r1[0], r1[1], a, b), -zg3(r1[0], r1[1], a, b)),
                     [sx, sy])
         return [r1[0], r1[1], r2[0], r2[1]]
 
-    rr = lambda sx, sy: solve(lambda sx, sy: lambda a, b: (g0(a, b, sx, sy), g1(a, b, sx, sy)),
-                              sx, sy)
-    jv = lambda a, b, sx, sy, da, db: zyg.jvp(max_r, (a, b, sx, sy), (da, db, 0.0, 0.0),
-                                               target=target)[1]
-    fr = lambda sx, sy: solve(lambda sx, sy: lambda a, b: (jv(a, b, sx, sy, 1.0, 0.0),
-                                                           jv(a, b, sx, sy, 0.0, 1.0)), sx, sy)
+    def variant(outer, inner):
+        if outer == "r":
+            g0 = zyg.grad(inner, argnums=0, target=target)
+            g1 = zyg.grad(inner, argnums=1, target=target)
+            d = lambda a, b, sx, sy: (g0(a, b, sx, sy), g1(a, b, sx, sy))
+        else:
+            jv = lambda a, b, sx, sy, da, db: zyg.jvp(inner, (a, b, sx, sy), (da, db, 0.0, 0.0),
+                                                       target=target)[1]
+            d = lambda a, b, sx, sy: (jv(a, b, sx, sy, 1.0, 0.0), jv(a, b, sx, sy, 0.0, 1.0))
+        run = lambda sx, sy: solve(lambda sx, sy: lambda a, b: d(a, b, sx, sy), inner, sx, sy)
+        return d, run
+
     pre = lambda raw: (float(raw["start"][0]), float(raw["start"][1]))
-    mod.functions["rr"] = (pre, rr, list)
-    mod.functions["fr"] = (pre, fr, list)
-    mod.functions["rf"] = (pre, unsupported, list)
-    mod.functions["ff"] = (pre, unsupported, list)
-    mod.warm_up = lambda: (g0(1.0, 1.0, 1.0, 1.0), g1(1.0, 1.0, 1.0, 1.0),
-                           jv(1.0, 1.0, 1.0, 1.0, 1.0, 0.0))
+    warm = []
+    for name, inner in (("rr", max_r), ("fr", max_r), ("rf", max_f), ("ff", max_f)):
+        d, run = variant(name[0], inner)
+        mod.functions[name] = (pre, run, list)
+        warm.append(d)
+    mod.warm_up = lambda: [d(1.0, 1.0, 1.0, 1.0) for d in warm]
     return mod
