@@ -18,14 +18,14 @@ from .caches import invalidate, on_invalidate
 from .compile import LOAD_LOCK
 from . import backends
 from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
-                     _grad_source, _kinds, _normalise_argnums, _with_hidden, has_foreign,
+                     _grad_source, _grad_source_of_kinds, _kinds, _normalise_argnums, _with_hidden, has_foreign,
                      Back, make_object, pullback as _pullback, ssa_of, to_native, transform)
 from .entry import adapt
 from .errors import TypeMismatch, UnsupportedSyntax
 from .rules.higher import Checkpointed
 from .pullbacks.transform import emit_fused, emit_split, plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
-from .ssa.emit import Def, For, While, _ident
+from .ssa.emit import Def, For, If, While, _ident
 from .ssa.lower import unwrap
 from .ssa.tuples import flatten_value, unflatten
 
@@ -514,27 +514,64 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
     from .pullbacks.forward import Forward, check_forward_kinds
     from .ssa.emit import var_name
     _no_runner_loops(ssa_of(f))
-    inner = _grad_source(f, args[:nuser], argnum)
+    # the gradient's source with its tape buffers as arguments: the drivers below keep them
+    # between calls (fresh 64-entry tapes grown in every call cost as much as the whole
+    # Hessian-vector product on k-means: page faults of the new memory)
+    inner = _grad_source_of_kinds(f, kinds, argnum, pooled=True)
+    stacks = inner._zyg_stacks
+    pooled = not any(s == "c" for s, _ in stacks)
+    if not pooled:
+        # a complex tape: forward mode takes no complex arguments, so it starts empty
+        inner = _grad_source_of_kinds(f, kinds, argnum)
+        stacks = []
     ir = ssa_of(inner)
-    p = plan(ir, kinds, [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)],
-             backends.get(target))
+    nk = len(kinds)
+    bufkinds = [kind_of_value(np.empty(1, _np_dtype(dt))) for _, dt in stacks] + \
+        (["i8[1]"] if pooled else [])
+    # a tangent for the differentiated argument only: the others are constants of H @ v
+    p = plan(ir, list(kinds) + bufkinds, [argnum], backends.get(target))
     check_forward_kinds(p)
     fwd = Forward(p)
+    fwd.keep_params = {q.id for q in p.fn.params[nk:]}
     stem = f"{_ident(ir.name)}_h"
     code = fwd.emit(stem + "_jvp")
-    params = [var_name(q) for q in p.fn.params]
+    params = [var_name(q) for q in p.fn.params[:nk]]
     x = params[argnum]
+    bufs = [f"_b{j}" for j in range(len(stacks))]
+    tbufs = []          # the tangents of the buffers that hold tangents (the float stacks)
     tans = []
     for j, q in enumerate(p.fn.params):
         if fwd.active(q):
-            tans.append("_e" if j == argnum else
-                        (f"np.zeros_like({params[j]})" if is_array(kinds[j]) else "0.0"))
-    call = f"{stem}_jvp({', '.join(params + tans)})[1]"
+            if j == argnum:
+                tans.append("_e")
+            elif j >= nk:
+                tbufs.append((f"_tb{j - nk}", j - nk))
+                tans.append(tbufs[-1][0])
+            else:
+                # an array argument the function writes active values into
+                tans.append(f"np.zeros_like({params[j]})" if is_array(kinds[j]) else "0.0")
+    pool_params = bufs + [t for t, _ in tbufs]
+    call = f"{stem}_jvp({', '.join(params + bufs + (['_hw'] if pooled else []) + tans)})[1]"
+
+    def keep_grown(ind: int) -> None:
+        # a call that outgrew a buffer: the next one starts from one of the size it reached
+        # (the grown buffer itself stays inside the jvp)
+        for j, (_, dt) in enumerate(stacks):
+            code.put(ind, If(f"_hw[{j}] > _b{j}.shape[0]"))
+            code.add(ind + 1, f"_b{j} = np.empty(_hw[{j}], {dt})")
+        for t, j in tbufs:
+            code.put(ind, If(f"_hw[{j}] > {t}.shape[0]"))
+            code.add(ind + 1, f"{t} = np.empty(_hw[{j}], {stacks[j][1]})")
+    ret_bufs = "".join(", " + b for b in pool_params)
     code.add(0, "")
-    code.put(0, Def(f"{stem}_hvp", tuple(params + ["_e"])))
-    code.add(1, f"return {call}")
+    code.put(0, Def(f"{stem}_hvp", tuple(params + ["_e"] + pool_params)))
+    code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
+    code.add(1, f"_r = {call}")
+    keep_grown(1)
+    code.add(1, f"return _r{ret_bufs}")
     code.add(0, "")
-    code.put(0, Def(f"{stem}_hessian", tuple(params)))
+    code.put(0, Def(f"{stem}_hessian", tuple(params + pool_params)))
+    code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
     if is_array(kinds[argnum]):
         code.add(1, f"_n = {x}.shape[0]")
         code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
@@ -543,15 +580,22 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         code.add(2, "_e[_k] = 1.0")
         code.add(2, f"_H[:, _k] = {call}")
         code.add(2, "_e[_k] = 0.0")
-        code.add(1, "return _H")
+        keep_grown(2)
+        code.add(1, f"return _H{ret_bufs}")
     else:
         code.add(1, "_e = 1.0")
-        code.add(1, f"return {call}")
+        code.add(1, f"_r = {call}")
+        keep_grown(1)
+        code.add(1, f"return _r{ret_bufs}")
     fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
                                      stem)
-    out = [_checked(fn, path, locs, ir.name) for fn in fns[1:]] + [None]
+    pool = _TapePool([dt for _, dt in stacks] + [stacks[j][1] for _, j in tbufs])
+    out = [_PooledDriver(_checked(fn, path, locs, ir.name), pool) for fn in fns[1:]] + [None]
     if HESSIAN_BATCHED:
-        got = _batched_hessian(p, params, kinds, argnum, stem)
+        # the vector pass keeps no tape between calls: it starts from small buffers
+        extra = [f"np.empty(64, {dt})" for _, dt in stacks] + \
+            ([f"np.zeros({len(stacks)}, np.int64)"] if pooled else [])
+        got = _batched_hessian(p, params, kinds, argnum, stem, extra)
         if got is not None:
             out[0], out[2] = got      # the Hessian, and H @ V.T for a block of vectors V
     return out
@@ -563,9 +607,11 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
 HESSIAN_BATCHED = True
 
 
-def _batched_hessian(p, params, kinds, argnum, stem):
+def _batched_hessian(p, params, kinds, argnum, stem, extra=()):
     """The Hessian driver from one vector forward pass of the gradient per JAC_CHUNK
-    columns, or None where the gradient has a construct without a vector form."""
+    columns, or None where the gradient has a construct without a vector form.
+    ``extra``: the values of the parameters after ``params`` (the gradient's initial tape
+    buffers), whose tangents start as small buffers too."""
     from .pullbacks.forward_batched import BatchedForward, NotBatched
     bf = BatchedForward(p)
     try:
@@ -585,6 +631,8 @@ def _batched_hessian(p, params, kinds, argnum, stem):
             if bf.active(q):
                 if j == argnum:
                     out.append("_E" if arr else "np.ones(1)")
+                elif j >= len(params):
+                    out.append(f"np.empty(({k}, 64), np.float64)")      # a float stack's tangent
                 elif is_array(kinds[j]):
                     out.append(f"np.zeros(({k},) + {params[j]}.shape, {params[j]}.dtype)")
                 else:
@@ -601,23 +649,76 @@ def _batched_hessian(p, params, kinds, argnum, stem):
         code.add(2, f"_E = np.zeros((_k, _n), {x}.dtype)")
         code.put(2, For("_j", "range(_k)"))
         code.add(3, "_E[_j, _c + _j] = 1.0")
-        code.add(2, f"_T = {stem}_jvpk({', '.join(params + ['_k'] + tans('_k'))})[1]")
+        code.add(2, f"_T = {stem}_jvpk({', '.join(params + list(extra) + ['_k'] + tans('_k'))})[1]")
         code.put(2, For("_j", "range(_k)"))
         code.add(3, "_H[:, _c + _j] = _T[_j]")
         code.add(2, "_c += _k")
         code.add(1, "return _H")
     else:
-        code.add(1, f"return {stem}_jvpk({', '.join(params + ['1'] + tans(1))})[1][0]")
+        code.add(1, f"return {stem}_jvpk({', '.join(params + list(extra) + ['1'] + tans(1))})[1][0]")
     names = [stem + "_jvpk", stem + "_hessian"]
     if arr:
         # the products with the rows of _E (sparse Hessians: every colour in one pass)
         code.add(0, "")
         code.put(0, Def(f"{stem}_hvpk", tuple(params + ["_E"])))
-        code.add(1, f"return {stem}_jvpk({', '.join(params + ['_E.shape[0]'] + tans('_E.shape[0]'))})[1]")
+        code.add(1, f"return {stem}_jvpk({', '.join(params + list(extra) + ['_E.shape[0]'] + tans('_E.shape[0]'))})[1]")
         names.append(stem + "_hvpk")
     fns, path, locs = p.backend.load(code, bf.ns.ns, names, stem + "_k")
     return (_checked(fns[1], path, locs, p.fn.name),
             _checked(fns[2], path, locs, p.fn.name) if arr else None)
+
+
+def _np_dtype(dt: str):
+    return getattr(np, dt.split(".")[-1])
+
+
+class _TapePool:
+    """The tape buffers of the second-order drivers of one function and signature, kept
+    between calls (as ``zyg.grad`` keeps its own: driver._pooled).
+
+    Each call takes a set of buffers for itself (``list.pop`` is atomic: two threads never
+    share one, and a call inside another takes its own) and gives it back when it returns;
+    a call that raised gives nothing back, so what it left half-written is never reused.
+    A fresh set is sized to the largest tape seen so far, so that no call after the first
+    grows a tape while it runs.  Tapes are written before they are read: what a buffer
+    held before is never seen."""
+    __slots__ = ("dtypes", "free", "sizes")
+
+    def __init__(self, dtypes):
+        self.dtypes = [_np_dtype(dt) for dt in dtypes]
+        self.free: list = []
+        self.sizes = [64] * len(dtypes)
+
+    def take(self) -> tuple:
+        try:
+            return self.free.pop()
+        except IndexError:
+            return tuple(np.empty(n, dt) for n, dt in zip(self.sizes, self.dtypes))
+
+    def give(self, bufs: tuple) -> None:
+        # (a race between two threads here may lose a larger size: then one call grows)
+        self.sizes = [max(n, b.shape[0]) for n, b in zip(self.sizes, bufs)]
+        self.free.append(bufs)
+
+
+class _PooledDriver:
+    """A generated Hessian driver ``fn(*args, *buffers) -> (result, *buffers)``, called
+    with buffers of its :class:`_TapePool`; returns the result."""
+    __slots__ = ("fn", "pool")
+
+    def __init__(self, fn, pool: _TapePool):
+        self.fn = fn
+        self.pool = pool
+
+    def __call__(self, *args):
+        pool = self.pool
+        bufs = pool.take()
+        fn = self.fn
+        if isinstance(fn, _FirstCall):
+            fn = self.fn = fn.compile_for(args + bufs)
+        r = fn(*args, *bufs)
+        pool.give(r[1:])
+        return r[0]
 
 
 def _run_compiled(slot: list, k: int, args: tuple):
