@@ -562,13 +562,13 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         for t, j in tbufs:
             code.put(ind, If(f"_hw[{j}] > {t}.shape[0]"))
             code.add(ind + 1, f"{t} = np.empty(_hw[{j}], {stacks[j][1]})")
-    ret_bufs = "".join(", " + b for b in pool_params)
+    ret_bufs = ", " + "".join(b + ", " for b in pool_params)     # a tuple even without buffers
     code.add(0, "")
     code.put(0, Def(f"{stem}_hvp", tuple(params + ["_e"] + pool_params)))
     code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
     code.add(1, f"_r = {call}")
     keep_grown(1)
-    code.add(1, f"return _r{ret_bufs}")
+    code.add(1, f"return (_r{ret_bufs})")
     code.add(0, "")
     code.put(0, Def(f"{stem}_hessian", tuple(params + pool_params)))
     code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
@@ -581,12 +581,12 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         code.add(2, f"_H[:, _k] = {call}")
         code.add(2, "_e[_k] = 0.0")
         keep_grown(2)
-        code.add(1, f"return _H{ret_bufs}")
+        code.add(1, f"return (_H{ret_bufs})")
     else:
         code.add(1, "_e = 1.0")
         code.add(1, f"_r = {call}")
         keep_grown(1)
-        code.add(1, f"return _r{ret_bufs}")
+        code.add(1, f"return (_r{ret_bufs})")
     fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
                                      stem)
     pool = _TapePool([dt for _, dt in stacks] + [stacks[j][1] for _, j in tbufs])

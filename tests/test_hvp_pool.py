@@ -1,0 +1,240 @@
+"""The tape buffers of ``zyg.hvp`` and ``zyg.hessian`` kept between calls (issue 27).
+
+The second-order drivers take their tapes from a pool (zyg/api.py ``_TapePool``) sized to
+the largest tape seen.  What must hold: results equal central differences of zyg's
+gradient whatever the previous call left in the buffers (a larger input after a smaller
+one, then a smaller one again), two threads never share a buffer, and a call that raised
+leaves the pool usable.
+"""
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import zyg
+from zyg import api
+
+TARGETS = ["python", "cpu"]
+
+
+def kmeans(centroids, points):
+    n, d = points.shape
+    k = centroids.shape[0]
+    total = 0.0
+    for i in range(n):
+        closest = math.inf
+        for j in range(k):
+            dist = 0.0
+            for l in range(d):
+                diff = points[i, l] - centroids[j, l]
+                dist += diff * diff
+            if dist < closest:
+                closest = dist
+        total += closest
+    return total
+
+
+def smooth(x, w):
+    # loops over numbers with a data-dependent trip count: float and int tapes, a branch
+    s = 0.0
+    for i in range(x.shape[0]):
+        t = math.sin(x[i] * w[i]) * x[i]
+        for j in range(i % 3 + 1):
+            t = t * 0.5 + math.exp(0.1 * x[(i + j) % x.shape[0]])
+        if t > 1.0:
+            s += t * t
+        else:
+            s += t
+    return s
+
+
+def scalar_loop(a, n):
+    s = 0.0
+    for i in range(n):
+        s += math.sin(a * (i + 1)) * a
+    return s
+
+
+def raises_midway(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] ** 3 * math.cos(x[i])
+        if x[i] > 100.0:
+            raise ValueError("x too big")
+    return s
+
+
+def fd_hvp(f, x, v, rest, target, h=1e-6):
+    """Central differences of zyg's gradient along v."""
+    g = zyg.grad(f, target=target)
+    return (g(x + h * v, *rest) - g(x - h * v, *rest)) / (2 * h)
+
+
+def kmeans_data(k, n, d, seed):
+    rng = np.random.default_rng(seed)
+    pts = rng.random((n, d))
+    return pts[-k:].copy() + 0.01, pts
+
+
+def pool_of(f, args, target):
+    return api._second_order(f, args, 0, target)[1].pool
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hvp_kmeans_against_fd_growing_and_shrinking(target):
+    # sizes up, down, up: a small call after a large one runs in the large buffers
+    sizes = [(2, 6, 2), (6, 200, 3), (3, 9, 2), (5, 60, 4), (2, 6, 2)]
+    got = {}
+    for s, (k, n, d) in enumerate(sizes):
+        c, pts = kmeans_data(k, n, d, k * n * d)      # the same size, the same input
+        v = np.random.default_rng(n).standard_normal(c.shape)
+        hv = zyg.hvp(kmeans, c, v, pts, target=target)
+        want = fd_hvp(kmeans, c, v, (pts,), target)
+        np.testing.assert_allclose(hv, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+        got[s] = hv
+    # the first and last calls had the same input: the same result to the bit
+    np.testing.assert_array_equal(got[0], got[len(sizes) - 1])
+    pool = pool_of(kmeans, (c, pts), target)
+    # one set of buffers kept, as large as the largest call's tape (6*200*3 floats)
+    assert len(pool.free) == 1
+    assert pool.sizes[0] >= 6 * 200 * 3
+    assert all(b.shape[0] == n for b, n in zip(pool.free[0], pool.sizes))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hvp_reuses_the_kept_buffers(target):
+    c, pts = kmeans_data(4, 50, 3, 7)
+    v = np.ones_like(c)
+    zyg.hvp(kmeans, c, v, pts, target=target)
+    pool = pool_of(kmeans, (c, pts), target)
+    kept = [id(b) for b in pool.free[0]]
+    a = zyg.hvp(kmeans, c, v, pts, target=target)
+    # the same buffers came back: the second call allocated and grew no tape
+    assert [id(b) for b in pool.free[0]] == kept
+    np.testing.assert_array_equal(a, zyg.hvp(kmeans, c, v, pts, target=target))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hvp_smooth_against_fd_and_targets_agree(target):
+    out = {}
+    for n in (3, 40, 7):
+        x = np.linspace(0.2, 1.4, n)
+        w = np.cos(np.arange(n) + 0.5)
+        v = np.sin(np.arange(n) * 1.3 + 0.2)
+        hv = zyg.hvp(smooth, x, v, w, target=target)
+        want = fd_hvp(smooth, x, v, (w,), target)
+        np.testing.assert_allclose(hv, want, rtol=1e-6, atol=1e-7 * np.abs(want).max())
+        out[n] = hv
+    other = "cpu" if target == "python" else "python"
+    x = np.linspace(0.2, 1.4, 7)
+    w = np.cos(np.arange(7) + 0.5)
+    v = np.sin(np.arange(7) * 1.3 + 0.2)
+    np.testing.assert_allclose(out[7], zyg.hvp(smooth, x, v, w, target=other), rtol=1e-12, atol=1e-12)
+
+
+def fd_hessian(f, x, rest, target, h=1e-6):
+    g = zyg.grad(f, target=target)
+    H = np.empty((x.size, x.size))
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e[k] = h
+        H[:, k] = (g(x + e, *rest) - g(x - e, *rest)) / (2 * h)
+    return H
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("batched", [True, False])
+def test_hessian_against_fd_growing_and_shrinking(target, batched, monkeypatch):
+    # smooth() is loops over numbers: the per-column driver, which keeps its tapes
+    monkeypatch.setattr(api, "HESSIAN_BATCHED", batched)
+    H = zyg.hessian(smooth, target=target)
+    for n in (2, 25, 4, 11):
+        x = np.linspace(0.3, 1.2, n)
+        w = np.cos(np.arange(n) + 0.5)
+        got = H(x, w)
+        want = fd_hessian(smooth, x, (w,), target)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7 * np.abs(want).max())
+    assert np.shape(got) == (11, 11)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hessian_without_a_tape(target, monkeypatch):
+    # no tape at all (no loop): the driver returns its result and no buffers
+    monkeypatch.setattr(api, "HESSIAN_BATCHED", False)
+
+    def f(x):
+        return np.sum(np.sin(x) * x * x)
+    x = np.linspace(0.1, 1.0, 6)
+    d = 2 * np.sin(x) + 4 * x * np.cos(x) - x * x * np.sin(x)
+    np.testing.assert_allclose(zyg.hessian(f, target=target)(x), np.diag(d), rtol=1e-12, atol=1e-12)
+    v = np.arange(6.0)
+    np.testing.assert_allclose(zyg.hvp(f, x, v, target=target), d * v, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hessian_and_hvp_of_a_float(target):
+    def d2(a, n):
+        return sum(-math.sin(a * (i + 1)) * a * (i + 1) ** 2 + 2 * (i + 1) * math.cos(a * (i + 1))
+                   for i in range(n))
+    H = zyg.hessian(scalar_loop, target=target)
+    for n in (3, 40, 5):
+        a = 0.7
+        np.testing.assert_allclose(H(a, n), d2(a, n), rtol=1e-12)
+        np.testing.assert_allclose(zyg.hvp(scalar_loop, a, 2.0, n, target=target), 2 * d2(a, n),
+                                   rtol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_two_threads_each_get_their_own_answer(target):
+    inputs = [kmeans_data(3, 40, 2, 1), kmeans_data(8, 300, 3, 2)]
+    vs = [np.random.default_rng(5 + i).standard_normal(c.shape) for i, (c, _) in enumerate(inputs)]
+    want = [zyg.hvp(kmeans, c, v, pts, target=target) for (c, pts), v in zip(inputs, vs)]
+    for (c, pts), v, w in zip(inputs, vs, want):
+        np.testing.assert_allclose(w, fd_hvp(kmeans, c, v, (pts,), target), rtol=1e-6,
+                                   atol=1e-6 * np.abs(w).max())
+    # start from an empty pool: both threads grow their own buffers while the other runs
+    pool_of(kmeans, inputs[0], target).free.clear()
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def work(i):
+        try:
+            c, pts = inputs[i]
+            barrier.wait()
+            for _ in range(25):
+                np.testing.assert_array_equal(zyg.hvp(kmeans, c, vs[i], pts, target=target), want[i])
+        except BaseException as e:      # reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert 1 <= len(pool_of(kmeans, inputs[0], target).free) <= 2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_exception_midway_does_not_poison_the_pool(target):
+    x = np.linspace(0.1, 1.0, 30)
+    v = np.cos(np.arange(30.0))
+    want = fd_hvp(raises_midway, x, v, (), target)
+    first = zyg.hvp(raises_midway, x, v, target=target)
+    np.testing.assert_allclose(first, want, rtol=1e-6, atol=1e-7 * np.abs(want).max())
+    bad = x.copy()
+    bad[20] = 200.0         # raises after 20 iterations have written the tape
+    big = np.linspace(0.1, 1.0, 400)
+    big[350] = 200.0        # raises in a call that had grown the tape
+    for b in (bad, big):
+        with pytest.raises(ValueError, match="x too big"):
+            zyg.hvp(raises_midway, b, np.ones_like(b), target=target)
+    with pytest.raises(ValueError, match="x too big"):
+        zyg.hessian(raises_midway, target=target)(bad)
+    np.testing.assert_array_equal(zyg.hvp(raises_midway, x, v, target=target), first)
+    small = x[:7].copy()
+    np.testing.assert_allclose(zyg.hvp(raises_midway, small, v[:7], target=target),
+                               fd_hvp(raises_midway, small, v[:7], (), target), rtol=1e-6,
+                               atol=1e-7)
+    np.testing.assert_allclose(zyg.hessian(raises_midway, target=target)(small),
+                               fd_hessian(raises_midway, small, (), target), rtol=1e-6, atol=1e-7)
