@@ -1002,7 +1002,7 @@ def _build_grad_source(f: Callable, ir: Function, kinds: List[str], argnum: int,
         raise TypeMismatch(f"argument {argnum} of {ir.name} is not differentiable ({kinds[argnum]})")
     if not (p.ret_kind == "float"):
         raise TypeMismatch(f"{ir.name} must return a real number for a Hessian (it returns {p.ret_kind})")
-    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_d{argnum}" + ("p" if pooled else "")
+    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_d{argnum}"
     # relowered: the zero-cotangent tests are written for forward mode (pullbacks/guards.py)
     code, ns, tape, mutates = emit_split(p, stem, relowered=True, pooled=pooled)
     params = [var_name(q) for q in p.fn.params]
