@@ -1002,9 +1002,11 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
         # the result's shape comes from the first compiled pass (the function is never run
         # as plain Python to learn it: seconds on large models)
         first = None
+        pb = None
         if mode == "rev" or n_in == 0:
-            y0 = _pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a for a in args],
-                           target=target)[0]
+            pb = _pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                           target=target)
+            y0 = pb[0]
         else:
             first = columns(0)
             y0 = first[0]
@@ -1019,15 +1021,19 @@ def jacobian(f: Callable, argnums: int = 0, *, mode: str = "auto", target: str =
                 _, block = first if c0 == 0 and first is not None else columns(c0)
                 J[:, c0:c0 + block.shape[1]] = block
         else:
-            fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-            y, back = _pullback(fn, *fresh, target=target)
+            if pb is None:
+                pb = _pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                               target=target)
+            y, back = pb
+            # one primal and its tape for every row, where the function writes into no array
+            replay = getattr(back, "_zyg_replayable", False)
             for r in range(n_out):
                 if ys:
                     dy = np.zeros(ys, np.asarray(y).dtype)
                     dy.flat[r] = 1.0
                 else:
                     dy = 1.0
-                if r:
+                if r and not replay:
                     y, back = _pullback(fn, *[a.copy() if isinstance(a, np.ndarray) else a
                                             for a in args], target=target)
                 g = back(dy)[i]

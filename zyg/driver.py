@@ -368,6 +368,9 @@ class _Specializer:
                 if flat is not None:
                     return _regroup(out, flat.param_trees)[:nuser]
                 return tuple(out[:nuser])
+            # back may be called again (one primal, many cotangents: zyg.jacobian's rows)
+            # unless the function writes into arrays, which its first call rewinds
+            back._zyg_replayable = not mutates
             if flat is not None and flat.ret_tree is not None:
                 return unflatten(flat.ret_tree, list(y))[0], back
             return y, back
