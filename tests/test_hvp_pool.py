@@ -264,3 +264,30 @@ def test_jacobian_rev_rows_from_one_primal(target, f):
     np.testing.assert_allclose(J, fd, rtol=1e-6, atol=1e-8)
     y, back = zyg.pullback(f, x, target=target)
     assert back._fn._zyg_replayable == (f is no_writes)
+
+
+def rows(x, W):
+    # array code in a loop: the vector pass, whose tape holds arrays
+    s = 0.0
+    for i in range(W.shape[0]):
+        y = np.tanh(W[i] * x)
+        s += np.sum(y * y * x)
+    return s
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vector_pass_hessian_keeps_its_tapes(target):
+    H = zyg.hessian(rows, target=target)
+    rng = np.random.default_rng(3)
+    # 40 columns: a chunk of 32 lanes and one of 8; rows up, down, up
+    for n, m in [(5, 3), (40, 60), (3, 2), (40, 7)]:
+        x = rng.standard_normal(n) * 0.5
+        W = rng.standard_normal((m, n))
+        got = H(x, W)
+        want = fd_hessian(rows, x, (W,), target)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7 * np.abs(want).max())
+    slot = api._second_order(rows, (x, W), 0, target)
+    assert isinstance(slot[0], api._PooledDriver) and slot[0].pool is slot[2].pool
+    pool = slot[0].pool
+    assert len(pool.free) == 1 and max(pool.lanes) == api.JAC_CHUNK
+    assert pool.sizes[0] >= 60 * 40      # the largest tape held (at least one array a row)

@@ -592,10 +592,7 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
     pool = _TapePool([dt for _, dt in stacks] + [stacks[j][1] for _, j in tbufs])
     out = [_PooledDriver(_checked(fn, path, locs, ir.name), pool) for fn in fns[1:]] + [None]
     if HESSIAN_BATCHED:
-        # the vector pass keeps no tape between calls: it starts from small buffers
-        extra = [f"np.empty(64, {dt})" for _, dt in stacks] + \
-            ([f"np.zeros({len(stacks)}, np.int64)"] if pooled else [])
-        got = _batched_hessian(p, params, kinds, argnum, stem, extra)
+        got = _batched_hessian(p, params, kinds, argnum, stem, stacks, pooled, fwd.keep_params)
         if got is not None:
             out[0], out[2] = got      # the Hessian, and H @ V.T for a block of vectors V
     return out
@@ -607,13 +604,17 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
 HESSIAN_BATCHED = True
 
 
-def _batched_hessian(p, params, kinds, argnum, stem, extra=()):
+def _batched_hessian(p, params, kinds, argnum, stem, stacks=(), pooled=False, keep=()):
     """The Hessian driver from one vector forward pass of the gradient per JAC_CHUNK
     columns, or None where the gradient has a construct without a vector form.
-    ``extra``: the values of the parameters after ``params`` (the gradient's initial tape
-    buffers), whose tangents start as small buffers too."""
+
+    ``stacks``: the ``(stack, dtype)`` of the gradient's tape buffers, the parameters after
+    ``params`` (then, where ``pooled``, the int64 array of the capacities they reached),
+    whose ids are ``keep``: the drivers take them, and the ``(lanes, capacity)`` buffers of
+    their tangents, from a pool as the scalar drivers do."""
     from .pullbacks.forward_batched import BatchedForward, NotBatched
     bf = BatchedForward(p)
+    bf.keep_params = set(keep)
     try:
         code = bf.emit(stem + "_jvpk")
     except NotBatched:
@@ -624,6 +625,12 @@ def _batched_hessian(p, params, kinds, argnum, stem, extra=()):
         return None
     x = params[argnum]
     arr = is_array(kinds[argnum])
+    nk = len(params)
+    bufs = [f"_b{j}" for j in range(len(stacks))]
+    tbufs = [(f"_TB{j - nk}", j - nk) for j, q in enumerate(p.fn.params)
+             if j >= nk and bf.active(q)]
+    pool_params = bufs + [t for t, _ in tbufs]
+    hw = ["_hw"] if pooled else []
 
     def tans(k):
         out = []
@@ -631,15 +638,31 @@ def _batched_hessian(p, params, kinds, argnum, stem, extra=()):
             if bf.active(q):
                 if j == argnum:
                     out.append("_E" if arr else "np.ones(1)")
-                elif j >= len(params):
-                    out.append(f"np.empty(({k}, 64), np.float64)")      # a float stack's tangent
+                elif j >= nk:
+                    out.append(f"_TB{j - nk}[:{k}]")       # a float stack's tangent, k lanes
                 elif is_array(kinds[j]):
                     out.append(f"np.zeros(({k},) + {params[j]}.shape, {params[j]}.dtype)")
                 else:
                     out.append(f"np.zeros({k})")
         return out
+
+    def call(k: str, ind: int) -> str:
+        for t, j in tbufs:
+            code.put(ind, If(f"{k} > {t}.shape[0]"))
+            code.add(ind + 1, f"{t} = np.empty(({k}, {t}.shape[1]), {stacks[j][1]})")
+        return f"{stem}_jvpk({', '.join(params + bufs + hw + [k] + tans(k))})[1]"
+
+    def keep_grown(ind: int) -> None:
+        for j, (_, dt) in enumerate(stacks):
+            code.put(ind, If(f"_hw[{j}] > _b{j}.shape[0]"))
+            code.add(ind + 1, f"_b{j} = np.empty(_hw[{j}], {dt})")
+        for t, j in tbufs:
+            code.put(ind, If(f"_hw[{j}] > {t}.shape[1]"))
+            code.add(ind + 1, f"{t} = np.empty(({t}.shape[0], _hw[{j}]), {stacks[j][1]})")
+    ret_bufs = ", " + "".join(b + ", " for b in pool_params)
     code.add(0, "")
-    code.put(0, Def(f"{stem}_hessian", tuple(params)))
+    code.put(0, Def(f"{stem}_hessian", tuple(params + pool_params)))
+    code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
     if arr:
         code.add(1, f"_n = {x}.shape[0]")
         code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
@@ -649,23 +672,32 @@ def _batched_hessian(p, params, kinds, argnum, stem, extra=()):
         code.add(2, f"_E = np.zeros((_k, _n), {x}.dtype)")
         code.put(2, For("_j", "range(_k)"))
         code.add(3, "_E[_j, _c + _j] = 1.0")
-        code.add(2, f"_T = {stem}_jvpk({', '.join(params + list(extra) + ['_k'] + tans('_k'))})[1]")
+        code.add(2, f"_T = {call('_k', 2)}")
         code.put(2, For("_j", "range(_k)"))
         code.add(3, "_H[:, _c + _j] = _T[_j]")
         code.add(2, "_c += _k")
-        code.add(1, "return _H")
+        keep_grown(2)
+        code.add(1, f"return (_H{ret_bufs})")
     else:
-        code.add(1, f"return {stem}_jvpk({', '.join(params + list(extra) + ['1'] + tans(1))})[1][0]")
+        code.add(1, f"_r = {call('1', 1)}[0]")
+        keep_grown(1)
+        code.add(1, f"return (_r{ret_bufs})")
     names = [stem + "_jvpk", stem + "_hessian"]
     if arr:
         # the products with the rows of _E (sparse Hessians: every colour in one pass)
         code.add(0, "")
-        code.put(0, Def(f"{stem}_hvpk", tuple(params + ["_E"])))
-        code.add(1, f"return {stem}_jvpk({', '.join(params + list(extra) + ['_E.shape[0]'] + tans('_E.shape[0]'))})[1]")
+        code.put(0, Def(f"{stem}_hvpk", tuple(params + ["_E"] + pool_params)))
+        code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
+        code.add(1, "_k = _E.shape[0]")
+        code.add(1, f"_r = {call('_k', 1)}")
+        keep_grown(1)
+        code.add(1, f"return (_r{ret_bufs})")
         names.append(stem + "_hvpk")
     fns, path, locs = p.backend.load(code, bf.ns.ns, names, stem + "_k")
-    return (_checked(fns[1], path, locs, p.fn.name),
-            _checked(fns[2], path, locs, p.fn.name) if arr else None)
+    pool = _TapePool([dt for _, dt in stacks] + [stacks[j][1] for _, j in tbufs],
+                     [0] * len(stacks) + [JAC_CHUNK] * len(tbufs))
+    return (_PooledDriver(_checked(fns[1], path, locs, p.fn.name), pool),
+            _PooledDriver(_checked(fns[2], path, locs, p.fn.name), pool) if arr else None)
 
 
 def _np_dtype(dt: str):
@@ -682,10 +714,12 @@ class _TapePool:
     A fresh set is sized to the largest tape seen so far, so that no call after the first
     grows a tape while it runs.  Tapes are written before they are read: what a buffer
     held before is never seen."""
-    __slots__ = ("dtypes", "free", "sizes")
+    __slots__ = ("dtypes", "lanes", "free", "sizes")
 
-    def __init__(self, dtypes):
+    def __init__(self, dtypes, lanes=None):
         self.dtypes = [_np_dtype(dt) for dt in dtypes]
+        # 0: a stack (a 1-D buffer); L: the tangents of a stack in L lanes, (L, capacity)
+        self.lanes = list(lanes) if lanes is not None else [0] * len(dtypes)
         self.free: list = []
         self.sizes = [64] * len(dtypes)
 
@@ -693,11 +727,12 @@ class _TapePool:
         try:
             return self.free.pop()
         except IndexError:
-            return tuple(np.empty(n, dt) for n, dt in zip(self.sizes, self.dtypes))
+            return tuple(np.empty((L, n) if L else n, dt)
+                         for n, dt, L in zip(self.sizes, self.dtypes, self.lanes))
 
     def give(self, bufs: tuple) -> None:
         # (a race between two threads here may lose a larger size: then one call grows)
-        self.sizes = [max(n, b.shape[0]) for n, b in zip(self.sizes, bufs)]
+        self.sizes = [max(n, b.shape[-1]) for n, b in zip(self.sizes, bufs)]
         self.free.append(bufs)
 
 
