@@ -291,3 +291,63 @@ def test_vector_pass_hessian_keeps_its_tapes(target):
     pool = slot[0].pool
     assert len(pool.free) == 1 and max(pool.lanes) == api.JAC_CHUNK
     assert pool.sizes[0] >= 60 * 40      # the largest tape held (at least one array a row)
+
+
+SCALE = 2.0
+WEIGHTS = np.array([1.0, 2.0, 3.0])
+
+
+def reads_globals(x):
+    return SCALE * np.sum(WEIGHTS * x ** 3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_repeated_hvp_sees_rebound_globals_and_new_kinds(target):
+    # the second call of the same kinds takes hvp's fast path: it must still see a global
+    # rebound, an array global rebound to another shape, arguments of another dtype
+    global SCALE, WEIGHTS
+    old = SCALE, WEIGHTS
+    x = np.array([0.5, -1.0, 1.5])
+    v = np.array([1.0, 2.0, -1.0])
+    try:
+        for scale in (2.0, 2.0, 3.0, 3.0):
+            SCALE = scale
+            np.testing.assert_allclose(zyg.hvp(reads_globals, x, v, target=target),
+                                       6 * scale * WEIGHTS * x * v, rtol=1e-13)
+        WEIGHTS = np.array([1.0, -1.0, 0.5, 2.0])
+        x4 = np.array([0.5, -1.0, 1.5, 0.7])
+        for _ in range(2):
+            np.testing.assert_allclose(zyg.hvp(reads_globals, x4, np.ones(4), target=target),
+                                       6 * SCALE * WEIGHTS * x4, rtol=1e-13)
+        WEIGHTS[0] = 7.0        # written in place: the next call reads it
+        np.testing.assert_allclose(zyg.hvp(reads_globals, x4, np.ones(4), target=target),
+                                   6 * SCALE * WEIGHTS * x4, rtol=1e-13)
+        x32 = x4.astype(np.float32)
+        got = zyg.hvp(reads_globals, x32, np.ones(4), target=target)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, 6 * SCALE * WEIGHTS * x4, rtol=1e-5)
+        # back to float64 after float32, and a shape mismatch of v still refused
+        np.testing.assert_allclose(zyg.hvp(reads_globals, x4, np.ones(4), target=target),
+                                   6 * SCALE * WEIGHTS * x4, rtol=1e-13)
+        with pytest.raises(zyg.TypeMismatch, match="v has shape"):
+            zyg.hvp(reads_globals, x4, np.ones(3), target=target)
+    finally:
+        SCALE, WEIGHTS = old
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_repeated_hvp_of_closures_defaults_and_redefinitions(target):
+    w = np.array([1.0, 2.0])
+
+    def f(x, p=3.0):
+        return np.sum(w * x ** 3) * p
+    x = np.array([0.5, 1.5])
+    for _ in range(2):
+        np.testing.assert_allclose(zyg.hvp(f, x, np.ones(2), target=target), 18 * w * x)
+        np.testing.assert_allclose(zyg.hvp(f, x, np.ones(2), 1.0, target=target), 6 * w * x)
+    w[1] = -4.0             # the captured array, written in place
+    np.testing.assert_allclose(zyg.hvp(f, x, np.ones(2), target=target), 18 * w * x)
+
+    def f(x, p=3.0):        # noqa: F811  (a notebook cell run again, changed)
+        return np.sum(w * x ** 4) * p
+    np.testing.assert_allclose(zyg.hvp(f, x, np.ones(2), target=target), 36 * w * x * x)
