@@ -563,16 +563,20 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         for t, j in tbufs:
             code.put(ind, If(f"_hw[{j}] > {t}.shape[0]"))
             code.add(ind + 1, f"{t} = np.empty(_hw[{j}], {stacks[j][1]})")
-    ret_bufs = ", " + "".join(b + ", " for b in pool_params)     # a tuple even without buffers
+    start, ret_bufs = _driver_buffers(pool_params)
     code.add(0, "")
     code.put(0, Def(f"{stem}_hvp", tuple(params + ["_e"] + pool_params)))
     code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
+    for line in start:
+        code.add(1, line)
     code.add(1, f"_r = {call}")
     keep_grown(1)
     code.add(1, f"return (_r{ret_bufs})")
     code.add(0, "")
     code.put(0, Def(f"{stem}_hessian", tuple(params + pool_params)))
     code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
+    for line in start:
+        code.add(1, line)
     if is_array(kinds[argnum]):
         code.add(1, f"_n = {x}.shape[0]")
         code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
@@ -603,6 +607,17 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
 # False: one Hessian-vector product per column (the path before, kept for comparison);
 # "always": the vector pass also for gradients of loops over numbers (benchmarks)
 HESSIAN_BATCHED = True
+
+
+def _driver_buffers(names: List[str]) -> Tuple[List[str], str]:
+    """What a second-order driver with the pool buffers ``names`` adds to its first line
+    (their shapes on entry) and to its result: whether one was replaced, then per buffer
+    its replacement or ``None`` (numba boxes every array it returns into a new ndarray:
+    ~0.25 us a buffer a call, more than a small product)."""
+    start = [f"{b}_s = {b}.shape" for b in names]
+    grew = " or ".join(f"{b}.shape != {b}_s" for b in names) or "False"
+    ret = "".join(f"{b} if {b}.shape != {b}_s else None, " for b in names)
+    return start, f", {grew}, {ret}"
 
 
 def _batched_hessian(p, params, kinds, argnum, stem, stacks=(), pooled=False, keep=()):
@@ -660,10 +675,12 @@ def _batched_hessian(p, params, kinds, argnum, stem, stacks=(), pooled=False, ke
         for t, j in tbufs:
             code.put(ind, If(f"_hw[{j}] > {t}.shape[1]"))
             code.add(ind + 1, f"{t} = np.empty(({t}.shape[0], _hw[{j}]), {stacks[j][1]})")
-    ret_bufs = ", " + "".join(b + ", " for b in pool_params)
+    start, ret_bufs = _driver_buffers(pool_params)
     code.add(0, "")
     code.put(0, Def(f"{stem}_hessian", tuple(params + pool_params)))
     code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
+    for line in start:
+        code.add(1, line)
     if arr:
         code.add(1, f"_n = {x}.shape[0]")
         code.add(1, f"_H = np.empty((_n, _n), {x}.dtype)")
@@ -689,6 +706,8 @@ def _batched_hessian(p, params, kinds, argnum, stem, stacks=(), pooled=False, ke
         code.add(0, "")
         code.put(0, Def(f"{stem}_hvpk", tuple(params + ["_E"] + pool_params)))
         code.add(1, f"_hw = np.zeros({len(stacks)}, np.int64)")
+        for line in start:
+            code.add(1, line)
         code.add(1, "_k = _E.shape[0]")
         code.add(1, f"_r = {call('_k', 1)}")
         keep_grown(1)
@@ -722,7 +741,7 @@ class _TapePool:
         # 0: a stack (a 1-D buffer); L: the tangents of a stack in L lanes, (L, capacity)
         self.lanes = list(lanes) if lanes is not None else [0] * len(dtypes)
         self.free: list = []
-        self.last: Optional[tuple] = None
+        self.last: Optional[tuple] = None     # the set given back last that had grown
 
     @property
     def sizes(self) -> List[int]:
@@ -744,8 +763,9 @@ class _TapePool:
 
 
 class _PooledDriver:
-    """A generated Hessian driver ``fn(*args, *buffers) -> (result, *buffers)``, called
-    with buffers of its :class:`_TapePool`; returns the result."""
+    """A generated Hessian driver ``fn(*args, *buffers) -> (result, grew, *replacements)``
+    (:func:`_driver_buffers`), called with buffers of its :class:`_TapePool`; returns the
+    result."""
     __slots__ = ("fn", "pool")
 
     def __init__(self, fn, pool: _TapePool):
@@ -762,8 +782,10 @@ class _PooledDriver:
         if isinstance(fn, _FirstCall):
             fn = self.fn = fn.compile_for(args + bufs)
         r = fn(*args, *bufs)
-        bufs = r[1:]
-        pool.last = bufs
+        if r[1]:
+            # a buffer outgrown: its replacement (None for the others)
+            bufs = tuple(b if g is None else g for b, g in zip(bufs, r[2:]))
+            pool.last = bufs
         pool.free.append(bufs)
         return r[0]
 
