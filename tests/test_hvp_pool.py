@@ -351,3 +351,24 @@ def test_repeated_hvp_of_closures_defaults_and_redefinitions(target):
     def f(x, p=3.0):        # noqa: F811  (a notebook cell run again, changed)
         return np.sum(w * x ** 4) * p
     np.testing.assert_allclose(zyg.hvp(f, x, np.ones(2), target=target), 36 * w * x * x)
+
+
+def gather(x, idx):
+    s = 0.0
+    for i in range(idx.shape[0]):
+        s += x[idx[i]] ** 3 * x[i % x.shape[0]]
+    return s
+
+
+def test_a_bad_index_midway_does_not_poison_the_pool():
+    # the python target checks indices (the cpu target's compiled code does not)
+    x = np.linspace(0.2, 1.0, 5)
+    v = np.cos(np.arange(5.0))
+    good = np.array([0, 1, 4, 2, 3, 3])
+    want = zyg.hvp(gather, x, v, good, target="python")
+    np.testing.assert_allclose(want, fd_hvp(gather, x, v, (good,), "python"), rtol=1e-6,
+                               atol=1e-8)
+    bad = np.array([0, 1, 4, 2, 3] * 40 + [9])      # fails after 200 iterations recorded
+    with pytest.raises(IndexError):
+        zyg.hvp(gather, x, v, bad, target="python")
+    np.testing.assert_array_equal(zyg.hvp(gather, x, v, good, target="python"), want)
