@@ -368,6 +368,9 @@ class _Specializer:
                 if flat is not None:
                     return _regroup(out, flat.param_trees)[:nuser]
                 return tuple(out[:nuser])
+            # back may be called again (one primal, many cotangents: zyg.jacobian's rows)
+            # unless the function writes into arrays, which its first call rewinds
+            back._zyg_replayable = not mutates
             if flat is not None and flat.ret_tree is not None:
                 return unflatten(flat.ret_tree, list(y))[0], back
             return y, back
@@ -965,23 +968,31 @@ def _full_args(f: Callable, args: Sequence[Any]) -> tuple:
     return _with_hidden(ssa_of(f), args)
 
 
-def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int) -> Callable:
-    """:func:`_grad_source` for arguments of these kinds."""
-    from .ssa.emit import var_name
+def _grad_source_of_kinds(f: Callable, kinds: Sequence[str], argnum: int,
+                          pooled: bool = False) -> Callable:
+    """:func:`_grad_source` for arguments of these kinds.
+
+    ``pooled``: the variant the Hessian drivers transform (zyg/api.py), which keeps its
+    tape between calls: ``name(*args, *buffers, _hw)`` starts its stacks from
+    ``buffers`` (one per stack, in the order of the function's ``_zyg_stacks``: pairs
+    ``(stack, dtype)``) and writes into the int64 array ``_hw`` the capacity each stack
+    had at the end (what the next call's buffers need to run without growing)."""
     ir = ssa_of(f)
     kinds = list(kinds)
-    key = (unwrap(f), tuple(kinds), argnum, ir.reads)
+    key = (unwrap(f), tuple(kinds), argnum, ir.reads, pooled)
     fn = _GRAD_SOURCES.get(key)
     if fn is not None:
         return fn
     with LOAD_LOCK:
         fn = _GRAD_SOURCES.get(key)
         if fn is None:
-            fn = _GRAD_SOURCES[key] = _build_grad_source(f, ir, kinds, argnum)
+            fn = _GRAD_SOURCES[key] = _build_grad_source(f, ir, kinds, argnum, pooled)
     return fn
 
 
-def _build_grad_source(f: Callable, ir: Function, kinds: List[str], argnum: int) -> Callable:
+def _build_grad_source(f: Callable, ir: Function, kinds: List[str], argnum: int,
+                       pooled: bool = False) -> Callable:
+    from .pullbacks.tape import STACKS
     from .ssa.emit import var_name
     if any(is_tuple(k) for k in kinds):
         raise TypeMismatch(f"{ir.name}: higher-order derivatives of functions of tuples are not "
@@ -996,13 +1007,21 @@ def _build_grad_source(f: Callable, ir: Function, kinds: List[str], argnum: int)
         raise TypeMismatch(f"{ir.name} must return a real number for a Hessian (it returns {p.ret_kind})")
     stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_d{argnum}"
     # relowered: the zero-cotangent tests are written for forward mode (pullbacks/guards.py)
-    code, ns, tape, mutates = emit_split(p, stem, relowered=True)
+    code, ns, tape, mutates = emit_split(p, stem, relowered=True, pooled=pooled)
     params = [var_name(q) for q in p.fn.params]
+    # the stacks the tape holds, in the order the pooled primal takes their buffers
+    stacks = [s for s in sorted(STACKS) if f"_{s}s" in tape]
+    bufs = [f"_{s}0" for s in stacks] + ["_hw"] if pooled else []
     code.add(0, "")
-    code.put(0, Def(f"{stem}_grad", tuple(params)))
+    code.put(0, Def(f"{stem}_grad", tuple(params + bufs)))
     code.add(1, f'"""Gradient of {ir.name} w.r.t. argument {argnum} (for forward-over-reverse)."""')
-    code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
+    code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params + bufs[:-1])})")
+    if pooled:
+        for j, s in enumerate(stacks):
+            code.add(1, f"_hw[{j}] = _tp[{tape.index(f'_{s}s')}].shape[0]")
     code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
     code.add(1, "return _g[0]")
     (fn,), _, _ = python.load(code, ns.ns, [stem + "_grad"], stem)
+    if pooled:
+        fn._zyg_stacks = [(s, STACKS[s][0]) for s in stacks]
     return fn

@@ -75,6 +75,9 @@ class Forward:
         # False: the jvp writes into the caller's arrays and tangents in place (one iteration
         # of a parallel loop, zyg/tasks/prange.py: nothing of the loop's size copied per call)
         self.copy_args = True
+        # ids of array parameters never copied on entry: the tape buffers that the Hessian
+        # drivers keep between calls (zyg/api.py), written before they are read
+        self.keep_params: Set[int] = set()
 
     batched = False     # tangents with a leading lane axis (forward_batched.BatchedForward)
 
@@ -463,7 +466,7 @@ class Forward:
             q = next(q for q in fn.params if q.id == i)
             self.reshapes.check_code(st, "", 1, code, [var_name(q)])
         for q in fn.params:
-            if is_array(self.kind(q)) and self.copy_args:
+            if is_array(self.kind(q)) and self.copy_args and q.id not in self.keep_params:
                 # jvp leaves the caller's arrays as they were
                 code.add(1, f"{var_name(q)} = {var_name(q)}.copy()")
                 if self.active(q):

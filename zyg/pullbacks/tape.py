@@ -23,10 +23,12 @@ INITIAL = 64
 
 
 def grow(old, need):
-    """A buffer at least twice as large as ``old`` (and ``need``) holding its contents."""
+    """A buffer holding ``old``'s contents, twice as large or ``need`` if that is more: a
+    nest that reserved its room gets exactly that (doubling up to it could map nearly twice
+    the tape), a block short of room doubles."""
     n = old.shape[0] * 2
-    while n < need:
-        n *= 2
+    if n < need:
+        n = need
     new = np.empty(n, old.dtype)
     # an explicit loop: numba's slice assignment drags in its shape-mismatch error
     # formatting, which costs ~2.5 s of compilation on the first call

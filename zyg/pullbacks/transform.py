@@ -1713,14 +1713,17 @@ def emit_plain(p: Plan, name: str, skip_atomic: bool = False) -> Tuple[Code, Nam
     return code, em.ns
 
 
-def emit_split(p: Plan, name: str, relowered: bool = False) -> Tuple[Code, Namespace, List[str], bool]:
+def emit_split(p: Plan, name: str, relowered: bool = False,
+               pooled: bool = False) -> Tuple[Code, Namespace, List[str], bool]:
     """A primal ``name_primal(*args) -> (value, tape)`` and ``name_adjoint(*tape, _dy)``.
 
     The adjoint can be replayed: it zeroes the shadow buffers it receives and
     returns copies of the gradients.  (Functions that write into arrays rewind
-    them in the adjoint, so their ``back`` runs once; the API enforces it.)"""
+    them in the adjoint, so their ``back`` runs once; the API enforces it.)
+    ``pooled``: the primal takes the initial stack buffers after the arguments
+    (``name_primal(*args, _f0, ...)``, one per stack in the tape, in its order)."""
     em = Emitter(p)
     em.relowered = relowered
-    code, tape = _split_code(em, p, name, pooled=False, replay=True)
+    code, tape = _split_code(em, p, name, pooled=pooled, replay=True)
     mutates = bool(em.al.mutated)
     return code, em.ns, tape, mutates
