@@ -17,13 +17,15 @@ def objective(x1, y1, x2, y2):
     return (x1 * x1 + y1 * y1) - (x2 * x2 + y2 * y2)
 
 
-def max_r(p1x, p1y, sx, sy):
-    """max over p2 of objective(p1, p2), by gradient descent on its negation from s."""
+def maximise(p1x, p1y, sx, sy, d2, d3):
+    """max over p2 of objective(p1, p2), by gradient descent on its negation from s; ``d2``
+    and ``d3`` give the objective's derivatives w.r.t. p2 (a function argument: zyg
+    inlines it)."""
     x = sx
     y = sy
     fx = -objective(p1x, p1y, x, y)
-    gx = -zyg.grad(objective, argnums=2)(p1x, p1y, x, y)
-    gy = -zyg.grad(objective, argnums=3)(p1x, p1y, x, y)
+    gx = -d2(p1x, p1y, x, y)
+    gy = -d3(p1x, p1y, x, y)
     i = 0
     eta = 1e-5
     while math.sqrt(gx * gx + gy * gy) > 1e-5:
@@ -40,45 +42,39 @@ def max_r(p1x, p1y, sx, sy):
                 x = xp
                 y = yp
                 fx = fxp
-                gx = -zyg.grad(objective, argnums=2)(p1x, p1y, x, y)
-                gy = -zyg.grad(objective, argnums=3)(p1x, p1y, x, y)
+                gx = -d2(p1x, p1y, x, y)
+                gy = -d3(p1x, p1y, x, y)
                 i += 1
             else:
                 eta /= 2.0
                 i = 0
     return objective(p1x, p1y, x, y)
+
+
+def d2_r(x1, y1, x2, y2):
+    return zyg.grad(objective, argnums=2)(x1, y1, x2, y2)
+
+
+def d3_r(x1, y1, x2, y2):
+    return zyg.grad(objective, argnums=3)(x1, y1, x2, y2)
+
+
+def d2_f(x1, y1, x2, y2):
+    return zyg.jvp(objective, (x1, y1, x2, y2), (0.0, 0.0, 1.0, 0.0))[1]
+
+
+def d3_f(x1, y1, x2, y2):
+    return zyg.jvp(objective, (x1, y1, x2, y2), (0.0, 0.0, 0.0, 1.0))[1]
+
+
+def max_r(p1x, p1y, sx, sy):
+    """The inner gradient by reverse mode (zyg.grad)."""
+    return maximise(p1x, p1y, sx, sy, d2_r, d3_r)
 
 
 def max_f(p1x, p1y, sx, sy):
-    """max_r with the inner gradient by forward mode (zyg.jvp along each coordinate)."""
-    x = sx
-    y = sy
-    fx = -objective(p1x, p1y, x, y)
-    gx = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 1.0, 0.0))[1]
-    gy = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 0.0, 1.0))[1]
-    i = 0
-    eta = 1e-5
-    while math.sqrt(gx * gx + gy * gy) > 1e-5:
-        if i == 10:
-            eta *= 2.0
-            i = 0
-        else:
-            xp = x - eta * gx
-            yp = y - eta * gy
-            if math.sqrt((x - xp) * (x - xp) + (y - yp) * (y - yp)) <= 1e-5:
-                break
-            fxp = -objective(p1x, p1y, xp, yp)
-            if fxp < fx:
-                x = xp
-                y = yp
-                fx = fxp
-                gx = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 1.0, 0.0))[1]
-                gy = -zyg.jvp(objective, (p1x, p1y, x, y), (0.0, 0.0, 0.0, 1.0))[1]
-                i += 1
-            else:
-                eta /= 2.0
-                i = 0
-    return objective(p1x, p1y, x, y)
+    """The inner gradient by forward mode (zyg.jvp along each coordinate)."""
+    return maximise(p1x, p1y, sx, sy, d2_f, d3_f)
 
 
 def make(target):
