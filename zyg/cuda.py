@@ -404,7 +404,10 @@ class _Batch:
         lines.append("    for i in range(n):")
         lines += self._lines(call, nwrt, "        ")
         for j, (s, _) in enumerate(stacks):
-            lines.append(f"        _b{s} = _r[{2 + j}]")       # (value, grad, *buffers)
+            # (value, grad, *grown): a buffer that grew, or None (transform._grown)
+            lines.append(f"        _g{s} = _r[{2 + j}]")
+            lines.append(f"        if _g{s} is not None:")
+            lines.append(f"            _b{s} = _g{s}")
         glob = {"_f": fn, "np": np}
         exec("\n".join(lines) + "\n", glob)
         runner = glob["_batch"]

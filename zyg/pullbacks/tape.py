@@ -64,7 +64,9 @@ class NumpyStacks:
     def _StackInit(self, n) -> List[str]:
         s = n.stack
         if n.pooled:
-            head = [f"_{s}s = _{s}0", f"_{s}cap = _{s}0.shape[0]"]
+            # _<s>cap0: the size passed in (a fused gradient hands back a buffer that grew
+            # past it); ``_<s>0`` itself may be reused as a temporary name further down
+            head = [f"_{s}s = _{s}0", f"_{s}cap = _{s}0.shape[0]", f"_{s}cap0 = _{s}cap"]
         else:
             head = [f"_{s}s = np.empty({INITIAL}, {STACKS[s][0]})", f"_{s}cap = {INITIAL}"]
         return head + [f"_{s}sp = 0", f"_{s}want = 0"]

@@ -1522,19 +1522,19 @@ def emit_fused(p: Plan, name: str, value: bool = True, zero_guards: bool = True)
     g = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
     if not outs:
         g = "()"
-    res = ([("_ret")] if value else []) + [g] + (["0"] if bounded else [_grown(f"_{s}s", s) for s in stacks])
+    res = ([("_ret")] if value else []) + [g] + (["0"] if bounded else [_grown(f"_{s}s", f"_{s}cap0") for s in stacks])
     retry = _nan_check(em, code, outs)
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
     diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]
     return name, code, em.ns, diffable, [(s, STACKS[s][0]) for s in stacks], [], retry
 
 
-def _grown(buf: str, s: str) -> str:
+def _grown(buf: str, size: str) -> str:
     """A fused gradient gives back a stack buffer only when it grew (``None`` otherwise):
     numba boxes a returned array into a new ndarray object on every call (~0.25 us, more
     than a small gradient itself), where ``None`` costs nothing.  Growth always makes a
-    buffer larger than the ``_<s>0`` passed in."""
-    return f"({buf} if {buf}.shape[0] != _{s}0.shape[0] else None)"
+    buffer larger than the one passed in, of ``size`` elements."""
+    return f"({buf} if {buf}.shape[0] != {size} else None)"
 
 
 def _nan_check(em: "Emitter", code: Code, outs: List[str]) -> bool:
@@ -1570,7 +1570,7 @@ def _emit_fused_split(p: Plan, name: str, value: bool, zero_guards: bool = True)
     code.add(1, f"_ret, _tp = {name}_primal({args})")
     code.add(1, f"_g = {name}_adjoint({''.join(f'_tp[{k}], ' for k in range(len(tape)))}1.0)")
     g = "_g[0]" if len(outs) == 1 else "_g"
-    res = (["_ret"] if value else []) + [g] + [_grown(f"_tp[{tape.index(f'_{s}s')}]", s) for s in stacks]
+    res = (["_ret"] if value else []) + [g] + [_grown(f"_tp[{tape.index(f'_{s}s')}]", f"_{s}0.shape[0]") for s in stacks]
     retry = _nan_check(em, code, [f"_g[{k}]" for k in range(len(outs))])
     code.add(1, "return " + (", ".join(res) if len(res) > 1 else res[0]))
     diffable = [i for i in p.wrt if differentiable(em.kind(p.fn.params[i]))]
