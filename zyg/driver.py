@@ -741,7 +741,10 @@ def _with_numba_ssa(disp):
     glob = disp.py_func.__globals__
     out = disp
     for name, v in list(glob.items()):
-        if _without_ssa(v):
+        # only the module's own functions: a dispatcher of another generated module that
+        # it calls (a recursive pair, pullbacks/native.py) refers to itself by its own
+        # module's name, and a copy of it here would compile it re-entrantly
+        if _without_ssa(v) and getattr(v.py_func, "__globals__", None) is glob:
             glob[name] = _rejit(v)
             if v is disp:
                 out = glob[name]

@@ -91,6 +91,8 @@ class ArrayMixin:
         e = st.expr
         if isinstance(e.fn, Prim):
             return True
+        if isinstance(e.fn, Recursive) and self.native_call(st) is not None:
+            return True         # a compiled recursive pair (native.py): kinds native*
         if st.var is not None and (is_array(self.kind(st.var)) or is_tuple(self.kind(st.var))):
             return True
         return any(isinstance(a, Var) and (is_array(self.kind(a)) or is_tuple(self.kind(a)))
@@ -247,6 +249,10 @@ class ArrayMixin:
         self.astmts[id(st)] = info
         needed: List[Any] = []     # operands whose values the adjoint reads
         in_loop = self.in_loop(blk.id)
+        if isinstance(fn, Recursive):
+            pair = self.native_call(st)
+            if pair is not None:
+                return self.prepare_native(blk, st, info, pair)
         if isinstance(fn, SetItem):
             base = e.args[0]
             if not self.is_arr(base):
@@ -925,6 +931,8 @@ class ArrayMixin:
         args = [self.src(a) for a in e.args]
         lhs = var_name(st.var) + " = " if st.var is not None else ""
         loop = self.in_loop(blk.id)
+        if info["kind"] in ("native", "native_plain") and record:
+            return self.primal_native(blk, st, info, ind, code)
         if "restore" in info and record:
             # the previous iteration's contents of an array that is allocated again
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
@@ -1096,8 +1104,12 @@ class ArrayMixin:
             local[name] = f"{name}_b{blk.id}"
             self.pop_now(local[name], k, ind, code)
 
-    def pop_stmt_records(self, blk, local: Dict[str, str], ind: int, code: Code) -> None:
+    def pop_stmt_records(self, blk, local: Dict[str, str], ind: int, code: Code,
+                         only: Optional[Set[str]] = None) -> None:
+        """Pop the records the statements of ``blk`` pushed (``only``: those named)."""
         for name, k, _ in reversed(self.stmt_pushes.get(blk.id, [])):
+            if only is not None and name not in only:
+                continue
             local[name] = name
             self.pop_now(name, k, ind, code)
 
@@ -1107,6 +1119,10 @@ class ArrayMixin:
         info = self.astmts[id(st)]
         kind = info["kind"]
         loop = self.in_loop(blk.id)
+        if kind == "native":
+            return self.adjoint_native(st, info, local, ind, code, loop)
+        if kind == "native_plain":
+            return
         if hasattr(fn, "adjoint_effect"):
             # an effect the adjoint repeats at the mirrored point (cuda.syncthreads)
             code.add(ind, fn.adjoint_effect(self), st.loc)

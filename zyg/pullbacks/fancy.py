@@ -91,7 +91,7 @@ def selection_loop(spec, ops: List[str], op_kinds, tmp: int, body) -> Code:
         ivars = [f"_m{tmp}_{d}" for d in range(km)]
         new_ops = list(ops)
         new_ops[k] = ", ".join(ivars)
-        c = f"_c{tmp}"
+        c = f"_cnt{tmp}"
         code.add(0, f"{c} = 0")
         ind = 0
         for d, v in enumerate(ivars):

@@ -423,7 +423,8 @@ class StructuredMixin:
         self._s_end = ends
 
     def array_stacks(self) -> Set[str]:
-        """Stacks that receive array data (``_zyg_push_array``) somewhere in the function."""
+        """Stacks that receive array data (``_zyg_push_array``) or a compiled recursive call's
+        records somewhere in the function."""
         from ..ssa.analysis import is_array
         from .arrays import stack_of_array
         out: Set[str] = set()
@@ -431,6 +432,10 @@ class StructuredMixin:
             for item in self.stmt_pushes.get(b, []) + self.arr_pushes.get(b, []):
                 if is_array(item[1]):
                     out.add(stack_of_array(item[1]))
+        if any(info.get("kind") == "native" for info in self.astmts.values()):
+            # a compiled recursive call pushes records of unknown size too (native.py)
+            from .native import STACKS
+            out |= set(STACKS)
         return out
 
     def s_loop(self, h: int, ind: int, code: Code, goto: bool) -> None:

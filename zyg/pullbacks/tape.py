@@ -63,6 +63,8 @@ class NumpyStacks:
 
     def _StackInit(self, n) -> List[str]:
         s = n.stack
+        if n.continued:
+            return [f"_{s}cap = _{s}s.shape[0]", f"_{s}want = 0"]
         if n.pooled:
             # _<s>cap0: the size passed in (a fused gradient hands back a buffer that grew
             # past it); ``_<s>0`` itself may be reused as a temporary name further down
@@ -124,6 +126,23 @@ class NumpyStacks:
     def _TapeOverflow(self, n) -> List[str]:
         # growable: never short of room (only fixed-size storages emit this node)
         return ["if " + " or ".join(f"_{s}sp > _{s}cap" for s in n.stacks) + ":"]
+
+    def _NestedTape(self, n) -> List[str]:
+        # np.int64: numba's own SSA pipeline (driver._with_numba_ssa) types a top that is
+        # still 0 as a literal, and a pair compiled for a literal top re-entered itself
+        passed = [x for s in n.stacks for x in (f"_{s}s", f"np.int64(_{s}sp)")]
+        out = [f"{n.out} = {n.fn}({', '.join(list(n.args) + passed)})"]
+        k = n.nres
+        for s in n.stacks:
+            if n.adjoint:
+                out.append(f"_{s}sp = {n.out}[{k}]")
+                k += 1
+                continue
+            out += [f"_{s}s = {n.out}[{k}]", f"_{s}cap = _{s}s.shape[0]"]
+            if not n.keep_tops:
+                out.append(f"_{s}sp = {n.out}[{k + 1}]")
+            k += 2
+        return out
 
     def _Reserve(self, n) -> List[str]:
         if n.start:

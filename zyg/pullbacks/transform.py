@@ -35,6 +35,7 @@ from ..rules.closure import ConvertedRule, passes_cotangent, render, resolve_glo
 from ..ssa.analysis import (Aliases, activity, array_dtype, array_ndim, differentiable, infer_kinds, is_array,
                             is_tuple, is_complex, loops_of_blocks, natural_loops)
 from .arrays import ArrayMixin, zero_of
+from .native import NativeMixin
 from .structured import StructuredMixin
 from ..ssa.emit import (INFIX, PREFIX, ZERO, TapeOverflow, Advance, Capacity, ChainNext, ChainStart, Code, CounterSet,
                         Def, Else, For, Grow, If, Line, Namespace, NoRoom, Peek, Pop, RoomCheck,
@@ -68,6 +69,7 @@ class Plan:
     flat: Any = None          # tuples.Flat when tuple values were replaced by their elements
     ret_parts: Any = None     # the leaves of a returned tuple (seeded from the tuple _dy)
     keep_final: bool = False  # a kernel's adjoint: arguments keep the primal's writes (emit_kernel_step)
+    native_self: Any = None   # (fn, kinds, stem): the plan of a compiled recursive pair (native.py)
 
     @property
     def target(self) -> str:
@@ -267,7 +269,7 @@ def _emul_int(step: int, n: str) -> str:
     return n if step == 1 else f"{step} * {n}" if step >= 0 else f"({step}) * {n}"
 
 
-class Emitter(ArrayMixin, StructuredMixin):
+class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
     def __init__(self, p: Plan):
         self.p = p
         self.fn = p.fn
@@ -1063,12 +1065,20 @@ class Emitter(ArrayMixin, StructuredMixin):
             for j, name in enumerate(pnames):
                 local[name] = f"{name}_b{blk.id}"
                 code.put(i2, Peek(local[name], s, j))
-        self.pop_stmt_records(blk, local, i2, code)
+        # a compiled recursive call (native.py) pushes its records between those of the
+        # statements before it and after it: the latter are popped first, the former only
+        # after the call's adjoint has popped its own
+        segs = self.native_segments(blk)
+        self.pop_stmt_records(blk, local, i2, code, segs[-1] if segs else None)
+        k = len(segs) - 1
         for st in reversed(blk.stmts):
             if id(st) in self.astmts:
                 self.adjoint_array_stmt(blk, st, local, i2, code)
             elif st.var is not None and st.var.id in self.rules:
                 self.adjoint_stmt(blk, st, local, i2, code)
+            if segs and self.astmts.get(id(st), {}).get("kind") == "native":
+                k -= 1
+                self.pop_stmt_records(blk, local, i2, code, segs[k])
 
     def value_ref(self, a, local: Dict[str, str]) -> str:
         if not isinstance(a, Var):
@@ -1170,7 +1180,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             return
         act = [(k, p) for k, p in enumerate(blk.params) if self.is_active(p) and not self.is_arr(p)]
         for j, (k, p) in enumerate(act):
-            code.add(ind, f"_c{j} = {self.dname(p)}")
+            code.add(ind, f"_cot{j} = {self.dname(p)}")
             if self.in_loop(blk.id):
                 code.add(ind, f"{self.dname(p)} = {ZERO.get(self.kind(p), '0.0')}")
         # arrays: accumulators of unwritten arrays are added into the argument's shadow;
@@ -1198,7 +1208,7 @@ class Emitter(ArrayMixin, StructuredMixin):
             for j, (k, p) in enumerate(act):
                 a = args[k]
                 if self.is_active(a):
-                    code.add(i2, f"{self.dname(a)} += {self.proj(a, f'_c{j}', is_complex(self.kind(p)))}")
+                    code.add(i2, f"{self.dname(a)} += {self.proj(a, f'_cot{j}', is_complex(self.kind(p)))}")
             for k, p in fun:
                 a = args[k]
                 if self.is_active(a):
@@ -1291,12 +1301,14 @@ class Emitter(ArrayMixin, StructuredMixin):
         finish()
 
     # -- whole functions ---------------------------------------------------------
-    def stack_init(self, code: Code, ind: int, pooled: bool = False) -> None:
-        """Create the stacks; ``pooled``: start from buffers passed in as ``_f0``... ."""
+    def stack_init(self, code: Code, ind: int, pooled: bool = False, continued: bool = False) -> None:
+        """Create the stacks; ``pooled``: start from buffers passed in as ``_f0``... ;
+        ``continued``: go on with the caller's stacks (a recursive pair, native.py)."""
         bounded = getattr(self.p.backend, "bounded_tape", False)
         bound = self.static_tape_bound() if bounded else None
         for s in sorted(self.stack_used):
-            code.put(ind, StackInit(s, pooled, None if bound is None else max(1, bound.get(s, 0))))
+            code.put(ind, StackInit(s, pooled, None if bound is None else max(1, bound.get(s, 0)),
+                                    continued=continued))
         if self.stack_used and not bounded:
             self.ns.ns["_zyg_grow"] = self.p.backend.helper(grow)
         if self.arr_vars:

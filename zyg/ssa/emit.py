@@ -152,6 +152,9 @@ class StackInit:
     stack: str
     pooled: bool = False
     bound: Optional[int] = None
+    # the caller's stack, passed in as ``_<stack>s`` and ``_<stack>sp`` (a recursive call's
+    # primal, zyg/pullbacks/native.py): records go on after the caller's
+    continued: bool = False
 
 
 @dataclass(frozen=True)
@@ -271,16 +274,35 @@ class TapeOverflow:
     stacks: Tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class NestedTape:
+    """Tape operation: ``out = fn(*args, <stacks>)``, a call of generated code that goes on
+    recording on this function's stacks (``adjoint`` False: a recursive call's primal) or
+    reads its records back from them (``adjoint``: its adjoint), zyg/pullbacks/native.py.
+    The callee takes each stack of ``stacks`` (its storage and top) after ``args`` and
+    returns, after its ``nres`` results, the stacks as it leaves them (the primal: the
+    storage, which may have grown, and the top; the adjoint: the top).  ``keep_tops``: the
+    caller keeps its own tops (the callee's records are dropped: a call whose adjoint has
+    nothing to do)."""
+    out: str
+    fn: str
+    args: Tuple[str, ...]
+    stacks: Tuple[str, ...]
+    nres: int
+    adjoint: bool
+    keep_tops: bool = False
+
+
 TAPE = (StackInit, Store, Advance, Pop, Peek, PushArray, PopArray, SetTop, RoomCheck, NoRoom,
-        Grow, Capacity, Want, Reserve, TapeOverflow)
+        Grow, Capacity, Want, Reserve, TapeOverflow, NestedTape)
 Node = Union[Line, CounterSet, ChainStart, ChainNext, Def, If, Elif, Else, While, For,
              StackInit, Store, Advance, Pop, Peek, PushArray, PopArray, SetTop, RoomCheck, NoRoom,
-             Grow, Capacity, Want, Reserve, TapeOverflow]
+             Grow, Capacity, Want, Reserve, TapeOverflow, NestedTape]
 # the nodes that open a block: the statements one level deeper that follow are their body
 # (RoomCheck and NoRoom are ifs whose condition the storage spells)
 HEADERS = (Def, If, Elif, Else, While, For, RoomCheck, NoRoom, TapeOverflow)
 # the statements that tie a reversed loop's iterations to their order
-ORDERED = (Pop, PopArray, SetTop, CounterSet, ChainStart, ChainNext, Reserve)
+ORDERED = (Pop, PopArray, SetTop, CounterSet, ChainStart, ChainNext, Reserve, NestedTape)
 
 
 @dataclass

@@ -1,0 +1,335 @@
+"""Recursive calls compiled: a recursive function's primal and adjoint that call themselves.
+
+A recursive call cannot be inlined.  ``recursion.py`` runs it through ``zyg.pullback`` at
+run time (the cpu target leaves compiled code through object mode at every call, 13-20 us
+each).  Here, on targets whose tape grows (python, cpu), a call ``y = f(*args)`` becomes a
+call of a generated pair compiled for ``f`` and the kinds of ``args``:
+
+* ``f_rp(*args, <stacks>) -> (y, <stacks>)``: ``f``'s recording primal, which goes on
+  pushing onto the caller's stacks (buffer and top of each of the four: floats, ints,
+  complex, edge tags) where the caller's records stopped, and pushes last what its own
+  adjoint needs besides the arguments (the scalars a once-run block kept in scope, edge
+  tags, trip counts, arrays it made);
+* ``f_ra(*args, *shadows, dy, <stacks>) -> (*scalar cotangents, <tops>)``: pops those,
+  then runs ``f``'s adjoint backwards from the top it is given; the cotangents of the
+  float array arguments are added into the ``shadows`` the caller passes (Enzyme's
+  convention: on entry a shadow holds the cotangent of the array's contents after the
+  call, on exit that of its contents before).
+
+Both call themselves for ``f``'s own recursive calls of the same kinds, so one tape serves
+every depth: the adjoint pops last-in first-out, which is exactly the reverse of the
+order in which the calls pushed.  The caller's adjoint always calls ``f_ra`` where its
+primal called ``f_rp`` (a call that neither is differentiated nor writes into an argument
+array drops its records instead, ``NestedTape.keep_tops``).  A block checks its stacks'
+room once, before the statements that push (a loop nest once for all its iterations): after
+the call the caller checks again for the rest (a nest moves its reserved end up by the
+callee's records).
+
+Calls this cannot compile keep the run-time path: a target with a fixed-size tape (cuda),
+kinds that differ from the call being built (mutual recursion through other kinds),
+tuples, arrays read from globals or closures, a result that is not a number.
+``ZYG_NATIVE_RECURSION=0`` turns it off (benchmarks compare both).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from ..caches import BUILD_LOCK, on_invalidate
+from ..ssa.analysis import array_ndim, differentiable, is_array, is_tuple
+from ..ssa.emit import Capacity, Code, Def, Grow, NestedTape, RoomCheck, ZERO, var_name
+from ..ssa.ir import Var
+from .tape import KIND_STACK
+
+STACKS = ("c", "f", "i", "t")        # every pair passes all four (sorted, as stack_used)
+_SCALARS = ("float", "int", "bool", "complex")
+
+
+@dataclass
+class Pair:
+    """A compiled recursive pair: ``rp``, ``ra`` (names in the calling module), the
+    positions of the differentiable scalar and array arguments, whether it writes into an
+    argument array."""
+    rp: str
+    ra: str
+    scalar_diff: List[int]
+    array_diff: List[int]
+    mutates: bool
+
+
+@dataclass
+class _Built:
+    ir: Any
+    rp: Any
+    ra: Any
+    scalar_diff: List[int]
+    array_diff: List[int]
+    mutates: bool
+
+
+_PAIRS: Dict[Tuple[Any, Tuple[str, ...], str], Tuple[Any, Optional[_Built]]] = {}
+_BUILDING: Set[Tuple[Any, Tuple[str, ...], str]] = set()
+# why the last pair that could not be built was refused (tests and zyg.show read it)
+LAST_REFUSAL: Dict[Any, str] = {}
+
+
+@on_invalidate
+def clear() -> None:
+    _PAIRS.clear()
+    LAST_REFUSAL.clear()
+
+
+def enabled() -> bool:
+    return os.environ.get("ZYG_NATIVE_RECURSION", "1") != "0"
+
+
+def _positions(kinds) -> Tuple[List[int], List[int]]:
+    diff = [i for i, k in enumerate(kinds) if differentiable(k)]
+    return [i for i in diff if not is_array(kinds[i])], [i for i in diff if is_array(kinds[i])]
+
+
+def possible(kinds, out_kind: str, backend) -> bool:
+    return enabled() and not getattr(backend, "bounded_tape", False) and out_kind in _SCALARS and \
+        not any(is_tuple(k) or k in ("none", "undef", "object") for k in kinds)
+
+
+def params_mutated(em) -> bool:
+    return any(em.is_arr(q) and em.al.is_mutated(q.id) for q in em.fn.params)
+
+
+def pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
+    """The compiled pair of ``fn`` for argument kinds ``kinds`` on ``backend`` (built once
+    per lowering of ``fn``), or None where the call keeps the run-time path."""
+    from ..ssa.build import ssa_of
+    if not possible(kinds, out_kind, backend):
+        return None
+    key = (fn, tuple(kinds), backend.name)
+    with BUILD_LOCK:
+        ir = ssa_of(fn)
+        got = _PAIRS.get(key)
+        if got is not None and got[0] is ir:
+            return got[1]
+        if key in _BUILDING:
+            return None         # reached again through other kinds: the run-time path
+        _BUILDING.add(key)
+        try:
+            built = _build(fn, ir, tuple(kinds), out_kind, backend)
+        except Exception as e:      # noqa: BLE001 - the run-time path handles (or reports) it
+            LAST_REFUSAL[key] = f"{type(e).__name__}: {e}"
+            built = None
+        finally:
+            _BUILDING.discard(key)
+        _PAIRS[key] = (ir, built)
+        return built
+
+
+def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
+    from .transform import plan
+    if ir.reads.hidden or ir.nargs != len(kinds) or len(ir.params) != len(kinds):
+        LAST_REFUSAL[(fn, kinds, backend.name)] = "reads arrays from globals or closures"
+        return None
+    scalar_diff, array_diff = _positions(kinds)
+    p = plan(ir, list(kinds), sorted(scalar_diff + array_diff), backend)
+    if p.flat is not None or p.ret_kind != out_kind:
+        LAST_REFUSAL[(fn, kinds, backend.name)] = "tuples, or a result of another kind"
+        return None
+    stem = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
+    p.native_self = (fn, kinds, stem)
+    code, ns, mutates = emit_pair(p, stem)
+    (rp, ra), _, _ = backend.load(code, ns.ns, [stem + "_rp", stem + "_ra"], stem)
+    return _Built(ir, rp, ra, scalar_diff, array_diff, mutates)
+
+
+def names_kinds(em) -> Dict[str, str]:
+    """The kind of every name the generated code of ``em`` binds."""
+    out: Dict[str, str] = {}
+    for blk in em.fn.iter_blocks():
+        for v in blk.params + [s.var for s in blk.stmts if s.var is not None]:
+            out[var_name(v)] = em.kind(v)
+    for ex in em.extra.values():
+        for name, k in ex:
+            out[name] = k
+    for blk in em.fn.iter_blocks():
+        for st in blk.stmts:
+            info = em.astmts.get(id(st))
+            if info and "old" in info:
+                out[info["old"]] = info["old_kind"]
+            if info and "restore" in info:
+                out[info["restore"]] = em.kind(st.var)
+    for v in em.shadow_roots.values():
+        out[em.dname(v)] = em.kind(v)
+    for t in em.tag_scalars + em.count_scalars:
+        out[t] = "int"
+    return out
+
+
+def emit_pair(p, stem: str):
+    """Source of ``stem_rp`` and ``stem_ra`` (see the module's doc) for plan ``p``, whose
+    ``wrt`` is every differentiable argument.  Returns (code, namespace, writes into an
+    argument array)."""
+    from .transform import Emitter
+    em = Emitter(p)
+    params = [var_name(q) for q in p.fn.params]
+    kinds = [em.kind(q) for q in p.fn.params]
+    scalar_diff, array_diff = _positions(kinds)
+    em.given_shadows = {p.fn.params[i].id for i in array_diff}
+    em.stack_used |= set(STACKS)
+    adj = Code()
+    em.adjoint(adj, 1)
+    outs = em.grad_outputs()
+    shadows = [em.dname(p.fn.params[i]) for i in array_diff]
+    stack_args = [x for s in STACKS for x in (f"_{s}s", f"_{s}sp")]
+
+    code = Code()
+    code.put(0, Def(f"{stem}_rp", tuple(params + stack_args)))
+    code.add(1, f'"""Recording primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}) on the '
+                'caller\'s stacks, generated by zyg."""')
+    em.stack_init(code, 1, continued=True)
+    em.residual_init(code, 1)
+    em.primal(code, 1, record=True)
+    known = names_kinds(em)
+    skip = set(params) | set(shadows)
+    items = []
+    for n in em.tag_scalars + em.count_scalars + sorted(em.adj_uses):
+        if n in skip or n in (i[0] for i in items):
+            continue
+        k = known.get(n)
+        if k is None or k in ("none", "undef", "object") or is_tuple(k):
+            raise NotImplementedError(f"a value {n} of kind {k} kept for the adjoint")
+        items.append((n, k))
+    need: Dict[str, int] = {}
+    for _, k in items:
+        s = "i" if is_array(k) else KIND_STACK.get(k, "f")
+        need[s] = need.get(s, 0) + (array_ndim(k) if is_array(k) else 1)
+    for s in sorted(need):
+        code.put(1, RoomCheck(s, f"_{s}sp + {need[s]}"))
+        code.put(2, Grow(s, f"_{s}sp + {need[s]}"))
+        code.put(2, Capacity(s))
+    for n, k in items:
+        em.push_now(n, n, k, 1, code)
+    code.add(1, "return _ret, " + ", ".join(stack_args))
+    code.add(0, "")
+
+    code.put(0, Def(f"{stem}_ra", tuple(params + shadows + ["_dy"] + stack_args)))
+    code.add(1, f'"""Adjoint of {p.fn.name} reading its records from the caller\'s stacks, '
+                'generated by zyg."""')
+    for n, k in reversed(items):
+        em.pop_now(n, k, 1, code)
+    code.extend(adj)
+    diff = [i for i in p.wrt if differentiable(kinds[i])]
+    grads = [o for i, o in zip(diff, outs) if i in scalar_diff]
+    code.add(1, "return (" + "".join(g + ", " for g in grads) + ", ".join(f"_{s}sp" for s in STACKS) + ")")
+    return code, em.ns, params_mutated(em)
+
+
+class NativeMixin:
+    """The reverse emitter's side: which recursive calls go to a compiled pair, and their
+    primal and adjoint statements (kinds ``native`` and ``native_plain`` of
+    ``ArrayMixin.astmts``)."""
+
+    def native_call(self, st) -> Optional[Pair]:
+        from ..ssa.prims import Recursive
+        cache = self.__dict__.setdefault("_native_calls", {})
+        if id(st) in cache:
+            return cache[id(st)]
+        got = None
+        fn = st.expr.fn
+        if isinstance(fn, Recursive) and st.var is not None and not st.expr.kwargs:
+            kinds = tuple(self.kind(a) for a in st.expr.args)
+            out = self.kind(st.var)
+            me = getattr(self.p, "native_self", None)
+            if me is not None and me[0] is fn.fn and me[1] == kinds:
+                if possible(kinds, out, self.p.backend) and out == self.p.ret_kind:
+                    sd, ad = _positions(kinds)
+                    got = Pair(f"{me[2]}_rp", f"{me[2]}_ra", sd, ad, params_mutated(self))
+            else:
+                b = pair_for(fn.fn, kinds, out, self.p.backend)
+                if b is not None:
+                    got = Pair(self.ns.ref(b.rp, b.rp.__name__), self.ns.ref(b.ra, b.ra.__name__),
+                               b.scalar_diff, b.array_diff, b.mutates)
+        cache[id(st)] = got
+        return got
+
+    def native_segments(self, blk) -> List[Set[str]]:
+        """The records of ``blk``'s statements grouped by the compiled recursive calls
+        between them (kind ``native``): group ``k`` was pushed after call ``k`` (none before
+        the first) and before call ``k + 1``.  Empty when ``blk`` has no such call."""
+        calls = 0
+        seg_of: Dict[int, int] = {}
+        for st in blk.stmts:
+            seg_of[id(st)] = calls
+            if self.astmts.get(id(st), {}).get("kind") == "native":
+                calls += 1
+        if not calls:
+            return []
+        segs: List[Set[str]] = [set() for _ in range(calls + 1)]
+        for name, _, sid in self.stmt_pushes.get(blk.id, []):
+            segs[seg_of.get(sid, 0)].add(name)
+        return segs
+
+    def prepare_native(self, blk, st, info: dict, pair: Pair) -> None:
+        e = st.expr
+        active = st.var.id in self.p.active or any(self.is_active(a) for a in e.args)
+        info["pair"] = pair
+        self.stack_used |= set(STACKS)
+        if not active and not pair.mutates:
+            info["kind"] = "native_plain"
+            return
+        info["kind"] = "native"
+        for i in pair.array_diff:
+            if self.is_active(e.args[i]):
+                self.need_shadow(blk, e.args[i])
+        self.finish_needed(blk, st, list(e.args))
+
+    def primal_native(self, blk, st, info: dict, ind: int, code: Code) -> None:
+        """``y = f_rp(*args, <stacks>)``, then room again for what the caller pushes after
+        the call: its checks reserved room before the callee's records took some."""
+        e = st.expr
+        out = f"_r{self.new_tmp()}"
+        keep = info["kind"] == "native_plain"
+        ends = set(getattr(self, "_s_end", None) or ()) if not keep else set()
+        before = {s: f"_q{s}{out}" for s in sorted(ends)}
+        for s in sorted(ends):
+            code.add(ind, f"{before[s]} = _{s}sp")
+        code.put(ind, NestedTape(out, info["pair"].rp, tuple(self.native_arg(a) for a in e.args), STACKS, 1,
+                                 False, keep_tops=keep), st.loc)
+        code.add(ind, f"{var_name(st.var)} = {out}[0]", st.loc)
+        if keep:
+            return
+        demand = self.total_demand(blk)
+        for s in STACKS:
+            if s in ends:
+                # a nest reserved room up to _<s>end: it moves up by the callee's records
+                code.add(ind, f"_{s}end += _{s}sp - {before[s]}")
+                need = f"_{s}end"
+            elif demand.get(s):
+                need = f"_{s}sp + {demand[s]}"     # the rest of the block (checked at its start)
+            else:
+                continue
+            code.put(ind, RoomCheck(s, need))
+            code.put(ind + 1, Grow(s, need))
+            code.put(ind + 1, Capacity(s))
+
+    def native_arg(self, a, text: Optional[str] = None) -> str:
+        """An operand of a pair's call; an integer constant as an ``np.int64`` (a literal
+        type would compile the pair once more, for that constant)."""
+        text = self.src(a) if text is None else text
+        if not isinstance(a, Var) and self.kind(a) == "int":
+            return f"np.int64({text})"
+        return text
+
+    def adjoint_native(self, st, info: dict, local: Dict[str, str], ind: int, code: Code,
+                       loop: bool) -> None:
+        e = st.expr
+        pair = info["pair"]
+        x = [self.native_arg(a, self.operand_value(a, local)) for a in e.args]
+        shadows = [self.shadow(e.args[i], local) if self.is_active(e.args[i]) else f"np.zeros_like({x[i]})"
+                   for i in pair.array_diff]
+        dy = self.dname(st.var) if self.is_active(st.var) else ZERO.get(self.kind(st.var), "0.0")
+        out = f"_g{self.new_tmp()}"
+        code.put(ind, NestedTape(out, pair.ra, tuple(x + shadows + [dy]), STACKS, len(pair.scalar_diff), True),
+                 st.loc)
+        for j, i in enumerate(pair.scalar_diff):
+            self.accumulate(e.args[i], f"{out}[{j}]", 0, local, ind, code, st.loc, self.cplx(st))
+        self.consume(st.var, loop, ind, code)
