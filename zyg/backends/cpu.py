@@ -264,6 +264,11 @@ class CpuBackend(Backend):
         # code that calls object-mode helpers (not cached: recursive calls) runs Python at
         # every level, which holds the GIL: compiled without nogil (numba warns otherwise)
         kw = {} if cache else {"nogil": False}
+        if getattr(f, "__globals__", {}).get("_zyg_gil_entry"):
+            # a module only ever called from compiled code (a recursive pair, whose rare
+            # object-mode call takes the GIL itself): nogil matters at entry from Python
+            # only, and numba would warn about object mode in a nogil function
+            kw["nogil"] = False
         if code is not None and code.has_dispatch_loop():
             return self.jit(f, cache=cache, pipeline_class=generated_pipeline(), **kw)
         return self.jit(f, cache=cache, **kw)

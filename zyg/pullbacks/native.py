@@ -36,11 +36,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..caches import BUILD_LOCK, on_invalidate
-from ..ssa.analysis import array_ndim, differentiable, is_array, is_tuple
-from ..ssa.emit import Capacity, Code, Def, Grow, NestedTape, RoomCheck, ZERO, var_name
+from ..ssa.analysis import differentiable, is_array, is_tuple
+from ..ssa.emit import Capacity, Code, Grow, NestedTape, RoomCheck, ZERO, var_name
 from ..ssa.ir import Var
-from .tape import KIND_STACK
 
 STACKS = ("c", "f", "i", "t")        # every pair passes all four (sorted, as stack_used)
 _SCALARS = ("float", "int", "bool", "complex")
@@ -56,28 +54,6 @@ class Pair:
     scalar_diff: List[int]
     array_diff: List[int]
     mutates: bool
-
-
-@dataclass
-class _Built:
-    ir: Any
-    rp: Any
-    ra: Any
-    scalar_diff: List[int]
-    array_diff: List[int]
-    mutates: bool
-
-
-_PAIRS: Dict[Tuple[Any, Tuple[str, ...], str], Tuple[Any, Optional[_Built]]] = {}
-_BUILDING: Set[Tuple[Any, Tuple[str, ...], str]] = set()
-# why the last pair that could not be built was refused (tests and zyg.show read it)
-LAST_REFUSAL: Dict[Any, str] = {}
-
-
-@on_invalidate
-def clear() -> None:
-    _PAIRS.clear()
-    LAST_REFUSAL.clear()
 
 
 def enabled() -> bool:
@@ -98,129 +74,19 @@ def params_mutated(em) -> bool:
     return any(em.is_arr(q) and em.al.is_mutated(q.id) for q in em.fn.params)
 
 
-def pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
-    """The compiled pair of ``fn`` for argument kinds ``kinds`` on ``backend`` (built once
-    per lowering of ``fn``), or None where the call keeps the run-time path."""
-    from ..ssa.build import ssa_of
-    if not possible(kinds, out_kind, backend):
-        return None
-    key = (fn, tuple(kinds), backend.name)
-    with BUILD_LOCK:
-        ir = ssa_of(fn)
-        got = _PAIRS.get(key)
-        if got is not None and got[0] is ir:
-            return got[1]
-        if key in _BUILDING:
-            return None         # reached again through other kinds: the run-time path
-        _BUILDING.add(key)
-        try:
-            built = _build(fn, ir, tuple(kinds), out_kind, backend)
-        except Exception as e:      # noqa: BLE001 - the run-time path handles (or reports) it
-            LAST_REFUSAL[key] = f"{type(e).__name__}: {e}"
-            built = None
-        finally:
-            _BUILDING.discard(key)
-        _PAIRS[key] = (ir, built)
-        return built
+# the module that builds pairs (recpairs.py) plans and emits with the emitter that this
+# mixin is part of: it sits above and provides itself here (as rules/higher.py's providers)
+_BUILDER: list = []
 
 
-def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
-    from .transform import plan
-    if ir.reads.hidden or ir.nargs != len(kinds) or len(ir.params) != len(kinds):
-        LAST_REFUSAL[(fn, kinds, backend.name)] = "reads arrays from globals or closures"
-        return None
-    scalar_diff, array_diff = _positions(kinds)
-    p = plan(ir, list(kinds), sorted(scalar_diff + array_diff), backend)
-    if p.flat is not None or p.ret_kind != out_kind:
-        LAST_REFUSAL[(fn, kinds, backend.name)] = "tuples, or a result of another kind"
-        return None
-    stem = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
-    p.native_self = (fn, kinds, stem)
-    code, ns, mutates = emit_pair(p, stem)
-    (rp, ra), _, _ = backend.load(code, ns.ns, [stem + "_rp", stem + "_ra"], stem)
-    return _Built(ir, rp, ra, scalar_diff, array_diff, mutates)
+def provide_builder(impl: Any) -> None:
+    _BUILDER[:] = [impl]
 
 
-def names_kinds(em) -> Dict[str, str]:
-    """The kind of every name the generated code of ``em`` binds."""
-    out: Dict[str, str] = {}
-    for blk in em.fn.iter_blocks():
-        for v in blk.params + [s.var for s in blk.stmts if s.var is not None]:
-            out[var_name(v)] = em.kind(v)
-    for ex in em.extra.values():
-        for name, k in ex:
-            out[name] = k
-    for blk in em.fn.iter_blocks():
-        for st in blk.stmts:
-            info = em.astmts.get(id(st))
-            if info and "old" in info:
-                out[info["old"]] = info["old_kind"]
-            if info and "restore" in info:
-                out[info["restore"]] = em.kind(st.var)
-    for v in em.shadow_roots.values():
-        out[em.dname(v)] = em.kind(v)
-    for t in em.tag_scalars + em.count_scalars:
-        out[t] = "int"
-    return out
-
-
-def emit_pair(p, stem: str):
-    """Source of ``stem_rp`` and ``stem_ra`` (see the module's doc) for plan ``p``, whose
-    ``wrt`` is every differentiable argument.  Returns (code, namespace, writes into an
-    argument array)."""
-    from .transform import Emitter
-    em = Emitter(p)
-    params = [var_name(q) for q in p.fn.params]
-    kinds = [em.kind(q) for q in p.fn.params]
-    scalar_diff, array_diff = _positions(kinds)
-    em.given_shadows = {p.fn.params[i].id for i in array_diff}
-    em.stack_used |= set(STACKS)
-    adj = Code()
-    em.adjoint(adj, 1)
-    outs = em.grad_outputs()
-    shadows = [em.dname(p.fn.params[i]) for i in array_diff]
-    stack_args = [x for s in STACKS for x in (f"_{s}s", f"_{s}sp")]
-
-    code = Code()
-    code.put(0, Def(f"{stem}_rp", tuple(params + stack_args)))
-    code.add(1, f'"""Recording primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}) on the '
-                'caller\'s stacks, generated by zyg."""')
-    em.stack_init(code, 1, continued=True)
-    em.residual_init(code, 1)
-    em.primal(code, 1, record=True)
-    known = names_kinds(em)
-    skip = set(params) | set(shadows)
-    items = []
-    for n in em.tag_scalars + em.count_scalars + sorted(em.adj_uses):
-        if n in skip or n in (i[0] for i in items):
-            continue
-        k = known.get(n)
-        if k is None or k in ("none", "undef", "object") or is_tuple(k):
-            raise NotImplementedError(f"a value {n} of kind {k} kept for the adjoint")
-        items.append((n, k))
-    need: Dict[str, int] = {}
-    for _, k in items:
-        s = "i" if is_array(k) else KIND_STACK.get(k, "f")
-        need[s] = need.get(s, 0) + (array_ndim(k) if is_array(k) else 1)
-    for s in sorted(need):
-        code.put(1, RoomCheck(s, f"_{s}sp + {need[s]}"))
-        code.put(2, Grow(s, f"_{s}sp + {need[s]}"))
-        code.put(2, Capacity(s))
-    for n, k in items:
-        em.push_now(n, n, k, 1, code)
-    code.add(1, "return _ret, " + ", ".join(stack_args))
-    code.add(0, "")
-
-    code.put(0, Def(f"{stem}_ra", tuple(params + shadows + ["_dy"] + stack_args)))
-    code.add(1, f'"""Adjoint of {p.fn.name} reading its records from the caller\'s stacks, '
-                'generated by zyg."""')
-    for n, k in reversed(items):
-        em.pop_now(n, k, 1, code)
-    code.extend(adj)
-    diff = [i for i in p.wrt if differentiable(kinds[i])]
-    grads = [o for i, o in zip(diff, outs) if i in scalar_diff]
-    code.add(1, "return (" + "".join(g + ", " for g in grads) + ", ".join(f"_{s}sp" for s in STACKS) + ")")
-    return code, em.ns, params_mutated(em)
+def builder() -> Any:
+    if not _BUILDER:
+        raise RuntimeError("zyg.pullbacks.recpairs is not imported (import zyg first)")
+    return _BUILDER[0]
 
 
 class NativeMixin:
@@ -244,7 +110,7 @@ class NativeMixin:
                     sd, ad = _positions(kinds)
                     got = Pair(f"{me[2]}_rp", f"{me[2]}_ra", sd, ad, params_mutated(self))
             else:
-                b = pair_for(fn.fn, kinds, out, self.p.backend)
+                b = builder().pair_for(fn.fn, kinds, out, self.p.backend)
                 if b is not None:
                     got = Pair(self.ns.ref(b.rp, b.rp.__name__), self.ns.ref(b.ra, b.ra.__name__),
                                b.scalar_diff, b.array_diff, b.mutates)
@@ -292,7 +158,7 @@ class NativeMixin:
         before = {s: f"_q{s}{out}" for s in sorted(ends)}
         for s in sorted(ends):
             code.add(ind, f"{before[s]} = _{s}sp")
-        code.put(ind, NestedTape(out, info["pair"].rp, tuple(self.native_arg(a) for a in e.args), STACKS, 1,
+        code.put(ind, NestedTape(out, info["pair"].rp, tuple([self.native_arg(a) for a in e.args] + [self.native_limit()]), STACKS, 1,
                                  False, keep_tops=keep), st.loc)
         code.add(ind, f"{var_name(st.var)} = {out}[0]", st.loc)
         if keep:
@@ -311,6 +177,10 @@ class NativeMixin:
             code.put(ind + 1, Grow(s, need))
             code.put(ind + 1, Capacity(s))
 
+    def native_limit(self) -> str:
+        """The stack limit a pair's call passes on: its own inside a pair, 0 outside."""
+        return "_lim" if getattr(self.p, "native_self", None) is not None else "np.uint64(0)"
+
     def native_arg(self, a, text: Optional[str] = None) -> str:
         """An operand of a pair's call; an integer constant as an ``np.int64`` (a literal
         type would compile the pair once more, for that constant)."""
@@ -328,7 +198,8 @@ class NativeMixin:
                    for i in pair.array_diff]
         dy = self.dname(st.var) if self.is_active(st.var) else ZERO.get(self.kind(st.var), "0.0")
         out = f"_g{self.new_tmp()}"
-        code.put(ind, NestedTape(out, pair.ra, tuple(x + shadows + [dy]), STACKS, len(pair.scalar_diff), True),
+        code.put(ind, NestedTape(out, pair.ra, tuple(x + shadows + [dy, self.native_limit()]), STACKS,
+                                 len(pair.scalar_diff), True),
                  st.loc)
         for j, i in enumerate(pair.scalar_diff):
             self.accumulate(e.args[i], f"{out}[{j}]", 0, local, ind, code, st.loc, self.cplx(st))

@@ -241,3 +241,6 @@ def grad_helper(fn: Any, kind: str, i: int, target: str, nargs: int = 0, checkpo
 
 # the transforms reach this module through rules/higher.py (it calls the driver at run time)
 higher.provide_recursive_calls(sys.modules[__name__])
+# recursive calls that compile (pullbacks/native.py) are built by recpairs.py, which sits
+# above the transform as this module does
+from . import recpairs  # noqa: E402,F401

@@ -1,0 +1,231 @@
+"""Building the compiled pairs of recursive functions (see ``native.py``): per function and
+argument kinds, a plan whose ``wrt`` is every differentiable argument, emitted as
+``<f>_rec_rp`` and ``<f>_rec_ra`` and loaded by the back end; cached per lowering of the
+function (a redefinition or a rebound global builds it again), cleared with zyg's caches.
+Also the guard that keeps a compiled recursion from overflowing the C stack.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from ..caches import BUILD_LOCK, on_invalidate
+from ..ssa.analysis import array_ndim, differentiable, is_array, is_tuple
+from ..ssa.emit import Capacity, Code, Def, Grow, RoomCheck, var_name
+from .native import STACKS, _positions, params_mutated, possible, provide_builder
+from .tape import KIND_STACK
+from .transform import Emitter, plan
+
+RECURSION_LIMIT = 100000        # Python's limit (python target) while a pair recurses
+
+
+@dataclass
+class _Built:
+    ir: Any
+    rp: Any
+    ra: Any
+    scalar_diff: List[int]
+    array_diff: List[int]
+    mutates: bool
+
+
+_PAIRS: Dict[Tuple[Any, Tuple[str, ...], str], Tuple[Any, Optional[_Built]]] = {}
+_BUILDING: Set[Tuple[Any, Tuple[str, ...], str]] = set()
+# why the last pair that could not be built was refused (tests and zyg.show read it)
+LAST_REFUSAL: Dict[Any, str] = {}
+
+
+@on_invalidate
+def clear() -> None:
+    _PAIRS.clear()
+    LAST_REFUSAL.clear()
+
+
+def pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
+    """The compiled pair of ``fn`` for argument kinds ``kinds`` on ``backend`` (built once
+    per lowering of ``fn``), or None where the call keeps the run-time path."""
+    from ..ssa.build import ssa_of
+    if not possible(kinds, out_kind, backend):
+        return None
+    key = (fn, tuple(kinds), backend.name)
+    with BUILD_LOCK:
+        ir = ssa_of(fn)
+        got = _PAIRS.get(key)
+        if got is not None and got[0] is ir:
+            return got[1]
+        if key in _BUILDING:
+            return None         # reached again through other kinds: the run-time path
+        _BUILDING.add(key)
+        try:
+            built = _build(fn, ir, tuple(kinds), out_kind, backend)
+        except Exception as e:      # noqa: BLE001 - the run-time path handles (or reports) it
+            LAST_REFUSAL[key] = f"{type(e).__name__}: {e}"
+            built = None
+        finally:
+            _BUILDING.discard(key)
+        _PAIRS[key] = (ir, built)
+        return built
+
+
+def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
+    if ir.reads.hidden or ir.nargs != len(kinds) or len(ir.params) != len(kinds):
+        LAST_REFUSAL[(fn, kinds, backend.name)] = "reads arrays from globals or closures"
+        return None
+    scalar_diff, array_diff = _positions(kinds)
+    p = plan(ir, list(kinds), sorted(scalar_diff + array_diff), backend)
+    if p.flat is not None or p.ret_kind != out_kind:
+        LAST_REFUSAL[(fn, kinds, backend.name)] = "tuples, or a result of another kind"
+        return None
+    stem = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
+    p.native_self = (fn, kinds, stem)
+    code, ns, mutates = emit_pair(p, stem)
+    ns.ns["_zyg_gil_entry"] = True      # called from compiled code only (backends/cpu.py)
+    (rp, ra), _, _ = backend.load(code, ns.ns, [stem + "_rp", stem + "_ra"], stem)
+    return _Built(ir, rp, ra, scalar_diff, array_diff, mutates)
+
+
+def names_kinds(em) -> Dict[str, str]:
+    """The kind of every name the generated code of ``em`` binds."""
+    out: Dict[str, str] = {}
+    for blk in em.fn.iter_blocks():
+        for v in blk.params + [s.var for s in blk.stmts if s.var is not None]:
+            out[var_name(v)] = em.kind(v)
+    for ex in em.extra.values():
+        for name, k in ex:
+            out[name] = k
+    for blk in em.fn.iter_blocks():
+        for st in blk.stmts:
+            info = em.astmts.get(id(st))
+            if info and "old" in info:
+                out[info["old"]] = info["old_kind"]
+            if info and "restore" in info:
+                out[info["restore"]] = em.kind(st.var)
+    for v in em.shadow_roots.values():
+        out[em.dname(v)] = em.kind(v)
+    for t in em.tag_scalars + em.count_scalars:
+        out[t] = "int"
+    return out
+
+
+def emit_pair(p, stem: str):
+    """Source of ``stem_rp`` and ``stem_ra`` (see the module's doc) for plan ``p``, whose
+    ``wrt`` is every differentiable argument.  Returns (code, namespace, writes into an
+    argument array)."""
+    em = Emitter(p)
+    params = [var_name(q) for q in p.fn.params]
+    kinds = [em.kind(q) for q in p.fn.params]
+    scalar_diff, array_diff = _positions(kinds)
+    em.given_shadows = {p.fn.params[i].id for i in array_diff}
+    em.stack_used |= set(STACKS)
+    adj = Code()
+    em.adjoint(adj, 1)
+    outs = em.grad_outputs()
+    shadows = [em.dname(p.fn.params[i]) for i in array_diff]
+    stack_args = [x for s in STACKS for x in (f"_{s}s", f"_{s}sp")]
+
+    code = Code()
+    code.put(0, Def(f"{stem}_rp", tuple(params + ["_lim"] + stack_args)))
+    code.add(1, f'"""Recording primal of {p.fn.name} ({p.fn.filename}:{p.fn.firstlineno}) on the '
+                'caller\'s stacks, generated by zyg."""')
+    _stack_check(em, code)
+    em.stack_init(code, 1, continued=True)
+    em.residual_init(code, 1)
+    em.primal(code, 1, record=True)
+    known = names_kinds(em)
+    skip = set(params) | set(shadows)
+    items = []
+    for n in em.tag_scalars + em.count_scalars + sorted(em.adj_uses):
+        if n in skip or n in (i[0] for i in items):
+            continue
+        k = known.get(n)
+        if k is None or k in ("none", "undef", "object") or is_tuple(k):
+            raise NotImplementedError(f"a value {n} of kind {k} kept for the adjoint")
+        items.append((n, k))
+    need: Dict[str, int] = {}
+    for _, k in items:
+        s = "i" if is_array(k) else KIND_STACK.get(k, "f")
+        need[s] = need.get(s, 0) + (array_ndim(k) if is_array(k) else 1)
+    for s in sorted(need):
+        code.put(1, RoomCheck(s, f"_{s}sp + {need[s]}"))
+        code.put(2, Grow(s, f"_{s}sp + {need[s]}"))
+        code.put(2, Capacity(s))
+    for n, k in items:
+        em.push_now(n, n, k, 1, code)
+    code.add(1, "return _ret, " + ", ".join(stack_args))
+    code.add(0, "")
+
+    code.put(0, Def(f"{stem}_ra", tuple(params + shadows + ["_dy", "_lim"] + stack_args)))
+    code.add(1, f'"""Adjoint of {p.fn.name} reading its records from the caller\'s stacks, '
+                'generated by zyg."""')
+    _stack_check(em, code)
+    for n, k in reversed(items):
+        em.pop_now(n, k, 1, code)
+    code.extend(adj)
+    diff = [i for i in p.wrt if differentiable(kinds[i])]
+    grads = [o for i, o in zip(diff, outs) if i in scalar_diff]
+    code.add(1, "return (" + "".join(g + ", " for g in grads) + ", ".join(f"_{s}sp" for s in STACKS) + ")")
+    return code, em.ns, params_mutated(em)
+
+
+RECURSION_MESSAGE = ("maximum recursion depth exceeded in a differentiated recursive function: zyg "
+                     "stops before the C stack runs out; run it in a thread with a larger "
+                     "threading.stack_size() before its first call, raise 'ulimit -s', or write the "
+                     "recursion as a loop")
+
+
+# the stack a pair may use before it asks Python how large the thread's stack really is:
+# small enough for any thread (macOS gives threads 512 KiB)
+FIRST_BUDGET = 256 << 10
+
+
+class _DeeperLimit:
+    """Called (from object mode) by a pair whose frame went below ``lim``, the limit set
+    :data:`FIRST_BUDGET` below the outermost pair's frame: the limit this thread's stack
+    really allows (RecursionError when it is not lower).  An object, not a function: the
+    cpu back end compiles the plain functions generated code refers to; numba's disk cache
+    pickles it by reference."""
+
+    def __call__(self, lim: int) -> int:
+        from .. import numerics
+        size = numerics.stack_size()
+        budget = max(size - numerics.MARGIN, size // 2)
+        # the limit it returns has its lowest bit set (frames are aligned): reached again,
+        # it is final
+        new = lim + FIRST_BUDGET - budget
+        if lim & 1 or new >= lim:
+            raise RecursionError(f"{RECURSION_MESSAGE} ({size / 2**20:.1f} MiB C stack)")
+        return new | 1
+
+    def __reduce__(self):
+        return "DEEPER_LIMIT"
+
+
+DEEPER_LIMIT = _DeeperLimit()
+
+
+
+
+def _stack_check(em, code: Code) -> None:
+    """The start of a pair on a compiling target: compiled frames are not counted by
+    Python's recursion limit, and a deep recursion would overflow the C stack (SIGSEGV).
+    ``_lim`` is the lowest frame address allowed: 0 from the outermost caller, which sets
+    it :data:`FIRST_BUDGET` below its own frame; a call below it asks Python once for the
+    limit of the thread's real stack (:data:`DEEPER_LIMIT`) and passes that on.  On python,
+    Python's own recursion limit (raised here) stops a deep recursion."""
+    from .. import numerics
+    if not em.p.backend.compiled:
+        if sys.getrecursionlimit() < RECURSION_LIMIT:
+            sys.setrecursionlimit(RECURSION_LIMIT)
+        return
+    frame = em.ns.ref(numerics._stack_pointer(), "_zyg_frame")
+    deeper = em.ns.ref(DEEPER_LIMIT, "_zyg_deeper_limit")
+    code.add(1, "if _lim == 0:")
+    code.add(2, f"_lim = {frame}() - np.uint64({FIRST_BUDGET})")
+    code.add(1, f"elif {frame}() < _lim:")
+    for line in em.p.backend.call_python(f"_limd = {deeper}(_lim)", [("_limd", "uint64")], em.ns.ns):
+        code.add(2, line)
+    code.add(2, "_lim = _limd")
+
+
+provide_builder(sys.modules[__name__])
