@@ -117,10 +117,10 @@ class Forward:
             return f"np.zeros_like({self.src(a)})"
         return "0.0"
 
-    def err(self, st: Stmt, msg: str, cls=NoAdjoint):
+    def err(self, st: Stmt, msg: str, cls=NoAdjoint, hint=None):
         loc = st.loc
         return cls(msg, loc.filename if loc else None, loc.lineno if loc else None,
-                   loc.col if loc else None)
+                   loc.col if loc else None, hint=hint)
 
     # -- statements --------------------------------------------------------------------------
     def call_src(self, st: Stmt, args: List[str]) -> str:
@@ -137,7 +137,8 @@ class Forward:
             # zyg.grad inside (rules/gradcall.py), checkpointed loops (rules/higher.py)
             return fn.primal_src(self, st, args)
         if isinstance(fn, (Checkpointed, Recursive)):
-            raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
+            msg, hint = _no_forward(fn)
+            raise self.err(st, msg, hint=hint)
         if fn is guards.nonzero and not e.kwargs:
             # a zero-cotangent test of an adjoint: skip only where the cotangents and their
             # tangents are all zero (guards.py); one call again, for a third derivative
@@ -302,7 +303,8 @@ class Forward:
             # zyg.grad inside (rules/gradcall.py), checkpointed loops (rules/higher.py)
             return fn.tangent_src(self, st, args)
         if isinstance(fn, (Checkpointed, Recursive)):
-            raise self.err(st, f"forward mode of {callee_name(fn)} is not supported yet")
+            msg, hint = _no_forward(fn)
+            raise self.err(st, msg, hint=hint)
         if isinstance(fn, (GetItem, Attr)):
             if isinstance(fn, Attr) and fn.attr not in ("T", "real", "imag"):
                 raise self.err(st, f"'.{fn.attr}' has no tangent")
@@ -747,3 +749,15 @@ def check_forward_kinds(p) -> None:
         k = p.kinds.get(q.id, "")
         if is_complex(k) or (is_array(k) and k[0] == "c"):
             raise TypeMismatch(f"{p.fn.name}: jvp of complex arguments is not supported yet")
+
+
+def _no_forward(fn) -> tuple:
+    """The message and hint for forward mode of a recursive call or ``zyg.checkpoint``
+    (a compiled recursive pair, pullbacks/native.py, is named by its user function)."""
+    from ..ssa.prims import Recursive
+    if not isinstance(fn, Recursive):
+        return f"forward mode of {callee_name(fn)} is not supported yet", None
+    user = getattr(fn.fn, "_zyg_recursive_of", fn.fn)
+    return (f"forward mode (jvp, hvp, hessian, jacobian(mode='fwd')) of the recursive function "
+            f"{getattr(user, '__qualname__', user)} is not supported yet",
+            "use reverse mode (grad, vjp, jacobian(mode='rev')), or write the recursion as a loop")

@@ -74,7 +74,9 @@ def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend) -> Optio
         return None
     scalar_diff, array_diff = _positions(kinds)
     p = plan(ir, list(kinds), sorted(scalar_diff + array_diff), backend)
-    if p.flat is not None or p.ret_kind != out_kind:
+    flat = p.flat
+    if flat is not None and (any(t is not None for t in flat.param_trees) or flat.ret_tree is not None) \
+            or p.ret_kind != out_kind:
         LAST_REFUSAL[(fn, kinds, backend.name)] = "tuples, or a result of another kind"
         return None
     stem = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
@@ -82,6 +84,8 @@ def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend) -> Optio
     code, ns, mutates = emit_pair(p, stem)
     ns.ns["_zyg_gil_entry"] = True      # called from compiled code only (backends/cpu.py)
     (rp, ra), _, _ = backend.load(code, ns.ns, [stem + "_rp", stem + "_ra"], stem)
+    for d in (rp, ra):      # errors about the generated pair name the user's function
+        getattr(d, "py_func", d)._zyg_recursive_of = fn
     return _Built(ir, rp, ra, scalar_diff, array_diff, mutates)
 
 
