@@ -305,6 +305,16 @@ class ArrayMixin:
         comm = getattr(fn, "_zyg_comm", None)
         if comm is not None:
             return self.prepare_comm(blk, st, info, comm)
+        if isinstance(fn, Recursive) and (st.var is None or st.var.id not in self.p.active) and \
+                any(isinstance(a, Var) and self.is_arr(a) and self.mutable(a) for a in e.args):
+            # the run-time path calls an undifferentiated recursive call plainly: writes it
+            # makes into an array would not be rewound for the adjoint's reads before it
+            raise self.err(st, f"{callee_name(fn)} is a recursive call whose result is not differentiated "
+                               "and which is passed an array that is written; zyg cannot rewind its "
+                               "writes on this path (a compiled recursion can: same argument kinds "
+                               "as the call being compiled, a number returned, target python or cpu)",
+                           hint="pass a copy of the array, or differentiate through its result",
+                           cls=UnsupportedSyntax)
         if st.var is None or st.var.id not in self.p.active:
             # inactive: but an array created in a loop and written later must be restorable
             self.prepare_loop_alloc(blk, st, info)
