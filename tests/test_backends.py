@@ -139,6 +139,7 @@ def test_every_tape_node_has_a_lowering():
         emit.Capacity: emit.Capacity("f"), emit.Want: emit.Want("f", "0"),
         emit.Reserve: emit.Reserve("f", "4", start=True),
         emit.TapeOverflow: emit.TapeOverflow(("f", "i")),
+        emit.NestedTape: emit.NestedTape("_r1", "g_rp", ("x", "_lim"), ("f", "i"), 1, False),
     }
     assert set(samples) == set(emit.TAPE)
     for cls, node in samples.items():
@@ -146,6 +147,13 @@ def test_every_tape_node_has_a_lowering():
     assert s.lower(samples[emit.Store]) == ["_fs[_fsp + 1] = x"]
     assert u.lower(samples[emit.Store]) == ["_fs[np.uint64(_fsp + 1)] = x"]
     assert s.lower(samples[emit.NoRoom]) == ["if _fsp + 2 > _fcap or _isp + n > _icap:"]
+    # a recursive pair's primal: the stacks in, then back as it leaves them (grown buffers)
+    assert s.lower(samples[emit.NestedTape]) == [
+        "_r1 = g_rp(x, _lim, _fs, np.int64(_fsp), _is, np.int64(_isp))",
+        "_fs = _r1[1]", "_fcap = _fs.shape[0]", "_fsp = _r1[2]",
+        "_is = _r1[3]", "_icap = _is.shape[0]", "_isp = _r1[4]"]
+    assert s.lower(emit.NestedTape("_g", "g_ra", ("x", "dy"), ("f",), 2, True)) == [
+        "_g = g_ra(x, dy, _fs, np.int64(_fsp))", "_fsp = _g[2]"]
     assert u.lower(samples[emit.PopArray])[-1] == \
         "a = _fs[_fsp:_fsp + _sz].reshape((_is[_isp + 0], _is[_isp + 1], )).astype(np.float32)"
 

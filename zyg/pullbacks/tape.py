@@ -67,7 +67,7 @@ class NumpyStacks:
             return [f"_{s}cap = _{s}s.shape[0]", f"_{s}want = 0"]
         if n.pooled:
             # _<s>cap0: the size passed in (a fused gradient hands back a buffer that grew
-            # past it); ``_<s>0`` itself may be reused as a temporary name further down
+            # past it) (the growth test compares with it)
             head = [f"_{s}s = _{s}0", f"_{s}cap = _{s}0.shape[0]", f"_{s}cap0 = _{s}cap"]
         else:
             head = [f"_{s}s = np.empty({INITIAL}, {STACKS[s][0]})", f"_{s}cap = {INITIAL}"]
