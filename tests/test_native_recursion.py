@@ -23,6 +23,10 @@ import pytest
 import zyg
 from zyg.pullbacks import recpairs
 
+# GradBench's det (cmpad's det_by_minor): integer arrays written and restored around each
+# recursive call, which the adjoint rewinds
+from benchmarks.gradbench.modules.det import det, det_of_minor
+
 TARGETS = ("python", "cpu")
 H = 1e-6
 
@@ -111,42 +115,6 @@ def scaled(x, w, n):
     return scaled(x * w[n], w, n - 1) + w[n]
 
 
-def det_of_minor(a, n, m, r, c):
-    # GradBench's det (cmpad's det_by_minor): integer arrays written and restored around
-    # each recursive call, which the adjoint rewinds
-    r0 = r[n]
-    cj = c[n]
-    if m == 1:
-        return a[r0 * n + cj]
-    detm = 0.0
-    sign = 1
-    r[n] = r[r0]
-    cj1 = n
-    for j in range(m):
-        m0j = a[r0 * n + cj]
-        c[cj1] = c[cj]
-        dets = det_of_minor(a, n, m - 1, r, c)
-        c[cj1] = cj
-        if sign > 0:
-            detm = detm + m0j * dets
-        else:
-            detm = detm - m0j * dets
-        cj1 = cj
-        cj = c[cj]
-        sign = -sign
-    r[n] = r0
-    return detm
-
-
-def det(a, ell):
-    r = np.zeros(ell + 1, dtype=np.int64)
-    c = np.zeros(ell + 1, dtype=np.int64)
-    for i in range(ell):
-        r[i] = i + 1
-        c[i] = i + 1
-    return det_of_minor(a, ell, ell, r, c)
-
-
 def perm(p, n):
     if n < 0:
         return 0
@@ -211,6 +179,7 @@ def _grads(f, args, argnums, target):
 
 
 def _built(fn, target):
+    fn = getattr(fn, "py_func", fn)         # numba's dispatcher: its Python function
     return [b for (f, _, t), (_, b) in recpairs._PAIRS.items() if f is fn and t == target]
 
 

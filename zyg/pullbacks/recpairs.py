@@ -90,21 +90,9 @@ def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend) -> Optio
 
 
 def names_kinds(em) -> Dict[str, str]:
-    """The kind of every name the generated code of ``em`` binds."""
-    out: Dict[str, str] = {}
-    for blk in em.fn.iter_blocks():
-        for v in blk.params + [s.var for s in blk.stmts if s.var is not None]:
-            out[var_name(v)] = em.kind(v)
-    for ex in em.extra.values():
-        for name, k in ex:
-            out[name] = k
-    for blk in em.fn.iter_blocks():
-        for st in blk.stmts:
-            info = em.astmts.get(id(st))
-            if info and "old" in info:
-                out[info["old"]] = info["old_kind"]
-            if info and "restore" in info:
-                out[info["restore"]] = em.kind(st.var)
+    """The kind of every name the generated code of ``em`` binds, shadows and edge records
+    included."""
+    out = em.names_kinds()
     for v in em.shadow_roots.values():
         out[em.dname(v)] = em.kind(v)
     for t in em.tag_scalars + em.count_scalars:

@@ -1364,7 +1364,9 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
             return None
         return max(0, (stop.value - init.value + step - 1) // step)
 
-    def residual_init(self, code: Code, ind: int) -> None:
+    def names_kinds(self) -> Dict[str, str]:
+        """The kind of every value name the generated code binds (SSA values, rules' extra
+        residuals, the old values of writes, the records of reallocated arrays)."""
         kinds_by_name = {}
         for blk in self.fn.iter_blocks():
             for v in blk.params + [s.var for s in blk.stmts if s.var is not None]:
@@ -1379,6 +1381,10 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
                     kinds_by_name[info["old"]] = info["old_kind"]
                 if info and "restore" in info:
                     kinds_by_name[info["restore"]] = self.kind(st.var)
+        return kinds_by_name
+
+    def residual_init(self, code: Code, ind: int) -> None:
+        kinds_by_name = self.names_kinds()
         params = {var_name(p) for p in self.fn.params}
         # numba rejects a variable whose first use (in bytecode order) may precede its
         # definition, so every value crossing blocks gets a typed zero up front
