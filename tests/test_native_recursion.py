@@ -136,6 +136,39 @@ def uses_perm(x):
     return s
 
 
+def cpow(z, n):
+    # complex values: the complex stack and a complex cotangent
+    if n == 0:
+        return z
+    return cpow(z * z * 0.5 + 1j * z, n - 1)
+
+def cabs_loss(x, n):
+    z = cpow(x + 0.3j, n)
+    return abs(z) ** 2
+
+def wloop(x, n):
+    # the recursive call inside a while loop (no trip count known)
+    s = 0.0
+    k = 0
+    while s < 3.0 and k < n:
+        s = s + 0.5 + wrec(x * s + 0.1, k) ** 2
+        k += 1
+    return s
+
+def wrec(x, k):
+    if k <= 0:
+        return math.sin(x)
+    return wrec(x * 0.9, k - 1) + x
+
+
+def boolrec(x, n, flip):
+    if n == 0:
+        return x
+    if flip:
+        return -boolrec(x * 1.2, n - 1, not flip)
+    return boolrec(math.cos(x), n - 1, not flip)
+
+
 RNG = np.random.default_rng(7)
 CASES = [
     (fib, (0.7, 8), 0),
@@ -150,6 +183,9 @@ CASES = [
     (scaled, (0.9, RNG.random(5) + 0.5, 4), (0, 1)),
     (det, (RNG.standard_normal(16), 4), 0),
     (uses_perm, (np.array([0.3, 0.7, 1.1, 1.9]),), 0),
+    (cabs_loss, (0.4, 4), 0),
+    (wloop, (0.3, 6), 0),
+    (boolrec, (0.7, 5, True), 0),
 ]
 
 

@@ -74,6 +74,42 @@ def params_mutated(em) -> bool:
     return any(em.is_arr(q) and em.al.is_mutated(q.id) for q in em.fn.params)
 
 
+_CASTS = {"int": "np.int64", "bool": "bool", "float": "np.float64", "complex": "np.complex128"}
+_ANY_LAYOUT: Dict[str, Any] = {}
+
+
+def any_layout(backend) -> Any:
+    """``f(a)``: array ``a`` typed as a mutable, aligned array of layout 'A' (the same
+    data; on targets that do not compile, ``a`` itself)."""
+    if not backend.compiled:
+        return _same
+    got = _ANY_LAYOUT.get("cpu")
+    if got is None:
+        from numba import types
+        from numba.core.imputils import impl_ret_borrowed
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def as_any(typingctx, a):
+            if not isinstance(a, types.Array):
+                return None
+            out = types.Array(a.dtype, a.ndim, "A")
+
+            def codegen(context, builder, sig, args):
+                # the same structure for every layout and flag: only the type changes
+                return impl_ret_borrowed(context, builder, out, args[0])
+            return out(a), codegen
+
+        def any_layout_(a):
+            return as_any(a)
+        got = _ANY_LAYOUT["cpu"] = backend.jit(any_layout_)
+    return got
+
+
+def _same(a):
+    return a
+
+
 # the module that builds pairs (recpairs.py) plans and emits with the emitter that this
 # mixin is part of: it sits above and provides itself here (as rules/higher.py's providers)
 _BUILDER: list = []
@@ -181,22 +217,27 @@ class NativeMixin:
         """The stack limit a pair's call passes on: its own inside a pair, 0 outside."""
         return "_lim" if getattr(self.p, "native_self", None) is not None else "np.uint64(0)"
 
-    def native_arg(self, a, text: Optional[str] = None) -> str:
-        """An operand of a pair's call; an integer constant as an ``np.int64`` (a literal
-        type would compile the pair once more, for that constant)."""
+    def native_arg(self, a, text: Optional[str] = None, kind: Optional[str] = None) -> str:
+        """An operand of a pair's call, cast to the one type its kind has: a pair compiled
+        for two signatures calls one from the other, and numba's disk cache reloaded such a
+        pair into a crash (an int64 from the tape where a bool was, an array of another
+        layout or flags than the first call's).  Arrays are passed as layout 'A'."""
         text = self.src(a) if text is None else text
-        if not isinstance(a, Var) and self.kind(a) == "int":
-            return f"np.int64({text})"
-        return text
+        kind = self.kind(a) if kind is None else kind
+        if is_array(kind):
+            return f"{self.ns.ref(any_layout(self.p.backend), '_zyg_any_layout')}({text})"
+        cast = _CASTS.get(kind)
+        return f"{cast}({text})" if cast else text
 
     def adjoint_native(self, st, info: dict, local: Dict[str, str], ind: int, code: Code,
                        loop: bool) -> None:
         e = st.expr
         pair = info["pair"]
         x = [self.native_arg(a, self.operand_value(a, local)) for a in e.args]
-        shadows = [self.shadow(e.args[i], local) if self.is_active(e.args[i]) else f"np.zeros_like({x[i]})"
-                   for i in pair.array_diff]
-        dy = self.dname(st.var) if self.is_active(st.var) else ZERO.get(self.kind(st.var), "0.0")
+        shadows = [self.native_arg(e.args[i], self.shadow(e.args[i], local) if self.is_active(e.args[i])
+                                   else f"np.zeros_like({x[i]})") for i in pair.array_diff]
+        dy = self.native_arg(st.var, self.dname(st.var) if self.is_active(st.var)
+                             else ZERO.get(self.kind(st.var), "0.0"))
         out = f"_g{self.new_tmp()}"
         code.put(ind, NestedTape(out, pair.ra, tuple(x + shadows + [dy, self.native_limit()]), STACKS,
                                  len(pair.scalar_diff), True),
