@@ -169,6 +169,13 @@ def boolrec(x, n, flip):
     return boolrec(math.cos(x), n - 1, not flip)
 
 
+def two(x, n):
+    # called with the caller's array and with a strided slice of it: two layouts
+    if n == 0 or x.shape[0] < 2:
+        return np.sum(x * x)
+    return two(x, n - 1) * 0.5 + two(x[::2], n - 1)
+
+
 RNG = np.random.default_rng(7)
 CASES = [
     (fib, (0.7, 8), 0),
@@ -186,6 +193,7 @@ CASES = [
     (cabs_loss, (0.4, 4), 0),
     (wloop, (0.3, 6), 0),
     (boolrec, (0.7, 5, True), 0),
+    (two, (np.arange(1.0, 9.0), 3), 0),
 ]
 
 
@@ -372,3 +380,28 @@ def test_redefinition(target, tmp_path):
     src.write_text("def f(x, n):\n    if n == 0:\n        return x\n    return 3.0 * f(x, n - 1)\n")
     exec(compile(src.read_text(), str(src), "exec"), ns)
     assert zyg.grad(ns["f"], target=target)(1.0, 3) == 27.0
+
+
+def test_reloaded_from_the_disk_cache(tmp_path):
+    # a pair called with a bool taken back from the int stack, or with arrays of two
+    # layouts, was compiled for two signatures, and the second process (numba's disk cache)
+    # crashed: every operand is now cast to one type per kind
+    script = """
+        import numpy as np, zyg
+        def two(x, n):
+            if n == 0 or x.shape[0] < 2:
+                return np.sum(x * x)
+            return two(x, n - 1) * 0.5 + two(x[::2], n - 1)
+        def boolrec(x, n, flip):
+            if n == 0:
+                return x
+            if flip:
+                return -boolrec(x * 1.2, n - 1, not flip)
+            return boolrec(np.cos(x), n - 1, not flip)
+        print(zyg.grad(two)(np.arange(1.0, 9.0), 3).tolist(), zyg.grad(boolrec)(0.7, 5, True))
+    """
+    first = _run(script, tmp_path)
+    second = _run(script, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert first.stdout == second.stdout
