@@ -405,3 +405,10 @@ def test_reloaded_from_the_disk_cache(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     assert second.returncode == 0, second.stderr[-3000:]
     assert first.stdout == second.stdout
+
+
+def test_show_prints_the_pair(tmp_path):
+    with open(tmp_path / "out.txt", "w") as fh:
+        text = zyg.show(fib, 0.5, 4, file=fh)
+    assert "=== compiled recursive pair of fib with arguments (float, int)" in text
+    assert "def fib_rec_rp(" in text and "def fib_rec_ra(" in text

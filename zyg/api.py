@@ -160,6 +160,9 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
             f"argument kinds: {kinds_line}\nactive values: {act}\n\n"
             f"=== primal and adjoint (used by zyg.pullback) ===\n{code.text(p.backend.storage)}\n"
             f"=== fused value-and-gradient (used by zyg.grad) ===\n{fused.text(p.backend.storage)}")
+    from .pullbacks.recpairs import pairs_in
+    for title, src in pairs_in(text, p.backend.name):
+        text += f"\n=== compiled recursive pair of {title} (docs/calls.md, Recursion) ===\n{src}"
     print(text, file=file or sys.stdout)
     return text
 

@@ -220,4 +220,24 @@ def _stack_check(em, code: Code) -> None:
     code.add(2, "_lim = _limd")
 
 
+def pairs_in(text: str, target: str) -> List[Tuple[str, str]]:
+    """``(title, source)`` of the compiled recursive pairs that generated ``text`` calls
+    (``zyg.show``), read back from their generated files."""
+    out = []
+    for (fn, kinds, t), (_, b) in list(_PAIRS.items()):
+        if b is None or t != target:
+            continue
+        py = getattr(b.rp, "py_func", b.rp)
+        if py.__name__ not in text:
+            continue
+        try:
+            with open(py.__code__.co_filename) as fh:
+                src = fh.read()
+        except OSError:
+            continue
+        body = "".join(ln for ln in src.splitlines(True) if not ln.startswith("# "))
+        out.append((f"{getattr(fn, '__qualname__', fn)} with arguments ({', '.join(kinds)})", body))
+    return out
+
+
 provide_builder(sys.modules[__name__])
