@@ -38,7 +38,6 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..ssa.analysis import differentiable, is_array, is_tuple
 from ..ssa.emit import Capacity, Code, Grow, NestedTape, RoomCheck, ZERO, var_name
-from ..ssa.ir import Var
 
 STACKS = ("c", "f", "i", "t")        # every pair passes all four (sorted, as stack_used)
 _SCALARS = ("float", "int", "bool", "complex")
