@@ -32,7 +32,8 @@ class _Built:
 
 _PAIRS: Dict[Tuple[Any, Tuple[str, ...], str], Tuple[Any, Optional[_Built]]] = {}
 _BUILDING: Set[Tuple[Any, Tuple[str, ...], str]] = set()
-# why the last pair that could not be built was refused (tests and zyg.show read it)
+# why a pair could not be built, per (function, kinds, target): the call keeps the
+# run-time path (for debugging)
 LAST_REFUSAL: Dict[Any, str] = {}
 
 
