@@ -8,7 +8,7 @@ read, written (rewound), sliced and made in each level, recursion inside counted
 records of each level between the caller's), mutual recursion, a result that is not
 differentiated, a recursive call that writes an integer array (GradBench's det), tapes that
 grow many times, threads, pullbacks replayed, the C-stack guard, redefinitions and rebound
-globals, and the refusal of forward mode.
+globals, forward mode against reverse mode, and the refusal of second order.
 """
 import math
 import os
@@ -306,9 +306,29 @@ def test_threads(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_forward_mode_is_refused_by_name(target):
-    with pytest.raises(zyg.ZygError, match="recursive function fib"):
-        zyg.jvp(fib, (0.7, 6), (1.0, 0), target=target)
+@pytest.mark.parametrize("f,args,argnums", CASES, ids=[c[0].__name__ for c in CASES])
+def test_jvp_equals_grad_dot_v(f, args, argnums, target):
+    # forward mode through the callee's compiled forward pair (recpairs.jvp_pair_for),
+    # against reverse mode: both could share a bug that differences alone would miss
+    rng = np.random.default_rng(11)
+    nums = argnums if isinstance(argnums, tuple) else (argnums,)
+    tangents = [(rng.standard_normal(a.shape) if isinstance(a, np.ndarray) else rng.standard_normal())
+                if i in nums else (np.zeros_like(a) if isinstance(a, np.ndarray) else 0 * a)
+                for i, a in enumerate(args)]
+    if f is cabs_loss:
+        # forward mode has no complex tangents (docs/complex.md): refused by name
+        with pytest.raises(zyg.ZygError, match="recursive function cpow"):
+            zyg.jvp(f, _copy(args), _copy(tangents), target=target)
+        return
+    y, ty = zyg.jvp(f, _copy(args), _copy(tangents), target=target)
+    assert y == pytest.approx(f(*_copy(args)), rel=1e-13)
+    want = sum(float(np.sum(np.asarray(g) * tangents[i]))
+               for i, g in zip(nums, _grads(f, args, argnums, target)))
+    assert ty == pytest.approx(want, rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_second_order_is_refused_by_name(target):
     with pytest.raises(zyg.ZygError, match="recursive function rsum"):
         zyg.hessian(rsum, target=target)(RNG.random(4), 3)
 

@@ -224,6 +224,8 @@ class Forward:
             return
         if is_reshape(fn) and self.is_view(st.var):
             self.reshapes.check_code(st, args[0], ind, code)
+        if self.recursive_jvp(st, args, ind, code):
+            return
         code.add(ind, lhs + self.call_src(st, args), st.loc)
         linear = getattr(fn, "_zyg_linear", None)
         if linear is not None:
@@ -244,6 +246,38 @@ class Forward:
             # the result's dtype, so that it unifies with the tangents it meets in loops
             tan = f"({tan}).astype(np.{array_dtype(self.kind(st.var))})"
         code.add(ind, f"t_{var_name(st.var)} = {tan}", st.loc)
+
+    def recursive_jvp(self, st: Stmt, args: List[str], ind: int, code: Code) -> bool:
+        """A recursive call in forward mode: value and tangent from the callee's compiled
+        forward pair (``recpairs.jvp_pair_for``; itself, inside that pair).  False where
+        there is none (the call is then refused)."""
+        from ..ssa.prims import Recursive
+        from .native import builder, cast_arg
+        e = st.expr
+        if not isinstance(e.fn, Recursive) or self.batched or st.var is None or e.kwargs:
+            return False
+        kinds = tuple(self.kind(a) for a in e.args)
+        out_kind = self.kind(st.var)
+        me = getattr(self, "native_self", None)
+        if me is not None and me[0] is e.fn.fn and me[1] == kinds:
+            if out_kind != self.p.ret_kind:
+                return False
+            name, tpos = me[2], self.tangent_positions()
+        else:
+            got = builder().jvp_pair_for(e.fn.fn, kinds, out_kind, self.p.backend)
+            if got is None:
+                return False
+            name, tpos = self.ns.ref(got[0], getattr(got[0], "__name__", "rec_jvp")), got[1]
+        b = self.p.backend
+        ops = [cast_arg(self.ns, b, k, a) for k, a in zip(kinds, args)]
+        lim = "_lim" if me is not None else "np.uint64(0)"
+        tans = [cast_arg(self.ns, b, kinds[i], self.tz(e.args[i])) for i in tpos]
+        out = f"_j{len(code.body)}"
+        code.add(ind, f"{out} = {name}({', '.join(ops + [lim] + tans)})", st.loc)
+        code.add(ind, f"{var_name(st.var)} = {out}[0]", st.loc)
+        if self.active(st.var):
+            code.add(ind, f"t_{var_name(st.var)} = {out}[1]", st.loc)
+        return True
 
     def _narrowed(self, st: Stmt) -> bool:
         """``st``'s result is a new float32 array (not a view of its operand)."""

@@ -109,6 +109,15 @@ def _same(a):
     return a
 
 
+def cast_arg(ns, backend, kind: str, text: str) -> str:
+    """``text``, an operand of kind ``kind`` of a call of a compiled pair, cast to the one
+    type that kind has (see ``NativeMixin.native_arg``)."""
+    if is_array(kind):
+        return f"{ns.ref(any_layout(backend), '_zyg_any_layout')}({text})"
+    cast = _CASTS.get(kind)
+    return f"{cast}({text})" if cast else text
+
+
 # the module that builds pairs (recpairs.py) plans and emits with the emitter that this
 # mixin is part of: it sits above and provides itself here (as rules/higher.py's providers)
 _BUILDER: list = []
@@ -221,12 +230,8 @@ class NativeMixin:
         for two signatures calls one from the other, and numba's disk cache reloaded such a
         pair into a crash (an int64 from the tape where a bool was, an array of another
         layout or flags than the first call's).  Arrays are passed as layout 'A'."""
-        text = self.src(a) if text is None else text
-        kind = self.kind(a) if kind is None else kind
-        if is_array(kind):
-            return f"{self.ns.ref(any_layout(self.p.backend), '_zyg_any_layout')}({text})"
-        cast = _CASTS.get(kind)
-        return f"{cast}({text})" if cast else text
+        return cast_arg(self.ns, self.p.backend, self.kind(a) if kind is None else kind,
+                        self.src(a) if text is None else text)
 
     def adjoint_native(self, st, info: dict, local: Dict[str, str], ind: int, code: Code,
                        loop: bool) -> None:

@@ -15,6 +15,7 @@ from ..ssa.analysis import array_ndim, differentiable, is_array, is_tuple
 from ..ssa.emit import Capacity, Code, Def, Grow, RoomCheck, var_name
 from .native import STACKS, _positions, params_mutated, possible, provide_builder
 from .tape import KIND_STACK
+from .forward import Forward
 from .transform import Emitter, plan
 
 RECURSION_LIMIT = 100000        # Python's limit (python target) while a pair recurses
@@ -219,6 +220,77 @@ def _stack_check(em, code: Code) -> None:
     for line in em.p.backend.call_python(f"_limd = {deeper}(_lim)", [("_limd", "uint64")], em.ns.ns):
         code.add(2, line)
     code.add(2, "_lim = _limd")
+
+
+_JVPS: Dict[Tuple[Any, Tuple[str, ...], str], Tuple[Any, Any]] = {}
+
+
+@on_invalidate
+def _clear_jvps() -> None:
+    _JVPS.clear()
+
+
+def jvp_pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend):
+    """Forward mode of a recursive call: ``(f_rec_jvp, tangent positions)`` for ``fn`` and
+    argument kinds ``kinds``, or None (the call is refused as before).  ``f_rec_jvp(*args,
+    _lim, *tangents) -> (y, dy)`` takes the tangents of the arguments at the positions
+    returned, works in place on the caller's arrays (as the recursive call does) and calls
+    itself for ``fn``'s own recursive calls of the same kinds."""
+    from ..ssa.build import ssa_of
+    from .forward import check_forward_kinds
+    if not possible(kinds, out_kind, backend):
+        return None
+    key = (fn, tuple(kinds), backend.name)
+    with BUILD_LOCK:
+        ir = ssa_of(fn)
+        got = _JVPS.get(key)
+        if got is not None and got[0] is ir:
+            return got[1]
+        if key in _BUILDING:
+            return None
+        _BUILDING.add(key)
+        built = None
+        try:
+            if not ir.reads.hidden and ir.nargs == len(kinds) == len(ir.params):
+                scalar_diff, array_diff = _positions(kinds)
+                p = plan(ir, list(kinds), sorted(scalar_diff + array_diff), backend)
+                flat = p.flat
+                if not (flat is not None and (any(t is not None for t in flat.param_trees)
+                                              or flat.ret_tree is not None) or p.ret_kind != out_kind):
+                    check_forward_kinds(p)
+                    stem = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
+                    fwd = _PairForward(p, (fn, tuple(kinds), stem + "_jvp"))
+                    code = fwd.emit(stem + "_jvp")
+                    fwd.ns.ns["_zyg_gil_entry"] = True
+                    (f,), _, _ = backend.load(code, fwd.ns.ns, [stem + "_jvp"], stem + "_jvp")
+                    getattr(f, "py_func", f)._zyg_recursive_of = fn
+                    built = (f, fwd.tangent_positions())
+        except Exception as e:      # noqa: BLE001 - forward mode refuses the call as before
+            LAST_REFUSAL[key + ("jvp",)] = f"{type(e).__name__}: {e}"
+            built = None
+        finally:
+            _BUILDING.discard(key)
+        _JVPS[key] = (ir, built)
+        return built
+
+
+class _PairForward(Forward):
+    """Forward mode of a recursive function as a pair: in place on the caller's arrays,
+    the stack limit ``_lim`` between the primals and the tangents, the C-stack guard first."""
+
+    def __init__(self, p, me):
+        super().__init__(p)
+        self.copy_args = False
+        self.native_self = me
+
+    def tangent_positions(self) -> List[int]:
+        return [i for i, q in enumerate(self.fn.params) if self.active(q)]
+
+    def extra_params(self) -> List[str]:
+        return ["_lim"]
+
+    def prologue(self, code: Code) -> None:
+        _stack_check(self, code)
 
 
 def pairs_in(text: str, target: str) -> List[Tuple[str, str]]:
