@@ -414,6 +414,11 @@ class BatchedForward(Forward):
             # tangent are zero
             tans = [f"np.any({self.t(a)} != 0)" for a in e.args if self.active(a)]
             return f"{self.ns.ref(guards.nonzero)}({', '.join(list(args) + tans)})"
+        from ..ssa.prims import Recursive
+        if isinstance(e.fn, Recursive):
+            # no vector form: the scalar jvp per lane runs instead, through the callee's
+            # compiled forward pair (recpairs.jvp_pair_for)
+            raise NotBatched("a recursive call")
         return super().call_src(st, args)
 
     def helper(self, st: Stmt, args: List[str], ind: int, code: Code) -> bool:
