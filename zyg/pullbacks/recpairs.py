@@ -44,44 +44,65 @@ def clear() -> None:
     LAST_REFUSAL.clear()
 
 
-def pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
-    """The compiled pair of ``fn`` for argument kinds ``kinds`` on ``backend`` (built once
-    per lowering of ``fn``), or None where the call keeps the run-time path."""
+def _cached(cache: dict, key: tuple, fn: Any, build) -> Any:
+    """``build(ir)`` for ``fn``'s current lowering, kept in ``cache`` under ``key`` (built
+    again when ``fn`` is lowered again); None while the same key is being built (reached
+    again through other kinds) or when building raised (the reason in LAST_REFUSAL)."""
     from ..ssa.build import ssa_of
-    if not possible(kinds, out_kind, backend):
-        return None
-    key = (fn, tuple(kinds), backend.name)
     with BUILD_LOCK:
         ir = ssa_of(fn)
-        got = _PAIRS.get(key)
+        got = cache.get(key)
         if got is not None and got[0] is ir:
             return got[1]
         if key in _BUILDING:
-            return None         # reached again through other kinds: the run-time path
+            return None
         _BUILDING.add(key)
         try:
-            built = _build(fn, ir, tuple(kinds), out_kind, backend)
+            built = build(ir)
         except Exception as e:      # noqa: BLE001 - the run-time path handles (or reports) it
             LAST_REFUSAL[key] = f"{type(e).__name__}: {e}"
             built = None
         finally:
             _BUILDING.discard(key)
-        _PAIRS[key] = (ir, built)
+        cache[key] = (ir, built)
         return built
 
 
-def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
+def _plan(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend, key: tuple):
+    """The plan of a pair of ``fn`` (``wrt``: every differentiable argument), or None where
+    its kinds or values rule a pair out (the reason in LAST_REFUSAL)."""
     if ir.reads.hidden or ir.nargs != len(kinds) or len(ir.params) != len(kinds):
-        LAST_REFUSAL[(fn, kinds, backend.name)] = "reads arrays from globals or closures"
+        LAST_REFUSAL[key] = "reads arrays from globals or closures"
         return None
     scalar_diff, array_diff = _positions(kinds)
     p = plan(ir, list(kinds), sorted(scalar_diff + array_diff), backend)
     flat = p.flat
     if flat is not None and (any(t is not None for t in flat.param_trees) or flat.ret_tree is not None) \
             or p.ret_kind != out_kind:
-        LAST_REFUSAL[(fn, kinds, backend.name)] = "tuples, or a result of another kind"
+        LAST_REFUSAL[key] = "tuples, or a result of another kind"
         return None
-    stem = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
+    return p
+
+
+def _stem(fn: Any) -> str:
+    return "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
+
+
+def pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend) -> Optional[_Built]:
+    """The compiled pair of ``fn`` for argument kinds ``kinds`` on ``backend`` (built once
+    per lowering of ``fn``), or None where the call keeps the run-time path."""
+    if not possible(kinds, out_kind, backend):
+        return None
+    key = (fn, tuple(kinds), backend.name)
+    return _cached(_PAIRS, key, fn, lambda ir: _build(fn, ir, tuple(kinds), out_kind, backend, key))
+
+
+def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend, key: tuple) -> Optional[_Built]:
+    p = _plan(fn, ir, kinds, out_kind, backend, key)
+    if p is None:
+        return None
+    scalar_diff, array_diff = _positions(kinds)
+    stem = _stem(fn)
     p.native_self = (fn, kinds, stem)
     code, ns, mutates = emit_pair(p, stem)
     ns.ns["_zyg_gil_entry"] = True      # called from compiled code only (backends/cpu.py)
@@ -236,42 +257,25 @@ def jvp_pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend):
     _lim, *tangents) -> (y, dy)`` takes the tangents of the arguments at the positions
     returned, works in place on the caller's arrays (as the recursive call does) and calls
     itself for ``fn``'s own recursive calls of the same kinds."""
-    from ..ssa.build import ssa_of
-    from .forward import check_forward_kinds
     if not possible(kinds, out_kind, backend):
         return None
-    key = (fn, tuple(kinds), backend.name)
-    with BUILD_LOCK:
-        ir = ssa_of(fn)
-        got = _JVPS.get(key)
-        if got is not None and got[0] is ir:
-            return got[1]
-        if key in _BUILDING:
-            return None
-        _BUILDING.add(key)
-        built = None
-        try:
-            if not ir.reads.hidden and ir.nargs == len(kinds) == len(ir.params):
-                scalar_diff, array_diff = _positions(kinds)
-                p = plan(ir, list(kinds), sorted(scalar_diff + array_diff), backend)
-                flat = p.flat
-                if not (flat is not None and (any(t is not None for t in flat.param_trees)
-                                              or flat.ret_tree is not None) or p.ret_kind != out_kind):
-                    check_forward_kinds(p)
-                    stem = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "f")) + "_rec"
-                    fwd = _PairForward(p, (fn, tuple(kinds), stem + "_jvp"))
-                    code = fwd.emit(stem + "_jvp")
-                    fwd.ns.ns["_zyg_gil_entry"] = True
-                    (f,), _, _ = backend.load(code, fwd.ns.ns, [stem + "_jvp"], stem + "_jvp")
-                    getattr(f, "py_func", f)._zyg_recursive_of = fn
-                    built = (f, fwd.tangent_positions())
-        except Exception as e:      # noqa: BLE001 - forward mode refuses the call as before
-            LAST_REFUSAL[key + ("jvp",)] = f"{type(e).__name__}: {e}"
-            built = None
-        finally:
-            _BUILDING.discard(key)
-        _JVPS[key] = (ir, built)
-        return built
+    key = (fn, tuple(kinds), backend.name, "jvp")
+    return _cached(_JVPS, key, fn, lambda ir: _build_jvp(fn, ir, tuple(kinds), out_kind, backend, key))
+
+
+def _build_jvp(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend, key: tuple):
+    from .forward import check_forward_kinds
+    p = _plan(fn, ir, kinds, out_kind, backend, key)
+    if p is None:
+        return None
+    check_forward_kinds(p)
+    stem = _stem(fn) + "_jvp"
+    fwd = _PairForward(p, (fn, kinds, stem))
+    code = fwd.emit(stem)
+    fwd.ns.ns["_zyg_gil_entry"] = True
+    (f,), _, _ = backend.load(code, fwd.ns.ns, [stem], stem)
+    getattr(f, "py_func", f)._zyg_recursive_of = fn
+    return f, fwd.tangent_positions()
 
 
 class _PairForward(Forward):
