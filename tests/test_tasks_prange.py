@@ -54,7 +54,8 @@ def test_python_target_is_the_serial_program(name):
 
 
 # on cpu every path of the reverse loop once (independent writes and sums are in the others)
-CPU = ["gather", "stencil", "gmm_like", "branches", "shared_read", "extremes"]
+CPU = ["gather", "stencil", "gmm_like", "branches", "shared_read", "extremes", "matrix_steps",
+       "into_argument", "through_row"]
 
 
 @pytest.mark.parametrize("name", CPU)
@@ -73,25 +74,157 @@ def test_cpu_parallel_with_one_and_two_threads(name):
         numba.set_num_threads(prev)
 
 
-def test_the_loops_are_compiled_parallel():
-    """The forward and backward loops of the cpu gradient are numba parfors (the backward
-    of a written array read elsewhere is the serial exception)."""
-    from zyg.tasks import prange as P
-    grad_of("gmm_like", "cpu")(*CASES["gmm_like"][1])
-    grad_of("shared_read", "cpu")(*CASES["shared_read"][1])
-    runners = {r.names and r.step.__name__: r for r in _live(P.PRunner)}
+def _parallel_loops_checked(compiled) -> int:
     seen = 0
-    for r in runners.values():
-        for (kinds, target), c in r.cache.items():
-            if target != "cpu":
+    for r, c in compiled:
+        for fn, want in ((c.fwd, True), (c.bwd, not r.shared)):
+            if not want and not fn.targetoptions.get("parallel"):
+                seen += 1           # a serial loop, compiled without parallel=True
                 continue
-            for fn, want in ((c.fwd, True), (c.bwd, not r.shared)):
-                diag = fn.get_metadata(fn.signatures[0])["parfor_diagnostics"]
-                loops = [p for p in diag.get_parfors()
-                         if any(getattr(ln.stop, "name", ln.stop) == "T" for ln in p.loop_nests)]
-                assert bool(loops) == want, (r.names, fn)
-                seen += 1
-    assert seen >= 4
+            diag = fn.get_metadata(fn.signatures[0])["parfor_diagnostics"]
+            loops = [p for p in diag.get_parfors()
+                     if any(getattr(ln.stop, "name", ln.stop) == "T" for ln in p.loop_nests)]
+            assert bool(loops) == want, (r.names, fn)
+            seen += 1
+    return seen
+
+
+def test_the_loops_are_compiled_parallel(tmp_path, monkeypatch):
+    """The forward and backward loops of the cpu gradient are numba parfors (the backward
+    of a written array read elsewhere is the serial exception): in the compiled pair that
+    the gradient calls (and on the run-time path, next test)."""
+    from zyg.tasks import prange as P
+    # an empty cache: code loaded from numba's disk cache has no parfor diagnostics
+    monkeypatch.setenv("ZYG_CACHE_DIR", str(tmp_path))
+    zyg.reset_caches()
+    try:
+        for name in ("gmm_like", "shared_read"):
+            f, args, argnums = CASES[name]
+            g = zyg.grad(f, argnums=argnums, target="cpu")(*args)
+            np.testing.assert_allclose(g[0], grad_of(name, "python")(*args)[0], rtol=1e-11, atol=1e-12)
+        pairs = [(r, c) for r in _live(P.PRunner) for (kinds, key), c in r.pairs.items()
+                 if key[0] == "cpu" and c.bwd.signatures]
+        assert _parallel_loops_checked(pairs) >= 4
+    finally:
+        monkeypatch.delenv("ZYG_CACHE_DIR")
+        zyg.reset_caches()
+
+
+def test_the_run_time_path_loops_are_compiled_parallel(monkeypatch):
+    """ZYG_NATIVE_PRANGE=0: the loop called through Python, as a function of values (the
+    path kept for kinds the pair does not take), with the same gradient."""
+    from zyg.tasks import prange as P
+    monkeypatch.setenv("ZYG_NATIVE_PRANGE", "0")
+    zyg.reset_caches()
+    try:
+        for name in ("gmm_like", "shared_read"):
+            f, args, argnums = CASES[name]
+            g = zyg.grad(f, argnums=argnums, target="cpu")(*args)
+            np.testing.assert_allclose(g[0], grad_of(name, "python")(*args)[0], rtol=1e-11, atol=1e-12)
+        runners = {r.names and r.step.__name__: r for r in _live(P.PRunner)}
+        seen = 0
+        for r in runners.values():
+            for (kinds, target), c in r.cache.items():
+                if target != "cpu" or not c.bwd.signatures:
+                    continue
+                seen += _parallel_loops_checked([(r, c)])
+        assert seen >= 4
+    finally:
+        monkeypatch.delenv("ZYG_NATIVE_PRANGE")
+        zyg.reset_caches()
+
+
+def _grads_now(name, target):
+    f, args, argnums = CASES[name]
+    return zyg.grad(f, argnums=argnums, target=target)(*args)
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_the_pair_equals_the_run_time_path(target, monkeypatch):
+    """The gradient calls the loop's compiled pair (no Python between its steps); with
+    ZYG_NATIVE_PRANGE=0 it calls the loop through Python as a function of values: the
+    two agree to rounding on every case."""
+    names = sorted(CASES) if target == "python" else CPU
+    native = {nm: grad_of(nm, target)(*CASES[nm][1]) for nm in names}
+    monkeypatch.setenv("ZYG_NATIVE_PRANGE", "0")
+    zyg.reset_caches()
+    try:
+        for nm in names:
+            for a, b in zip(_grads_now(nm, target), native[nm]):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13, err_msg=nm)
+    finally:
+        monkeypatch.delenv("ZYG_NATIVE_PRANGE")
+        zyg.reset_caches()
+
+
+def written_f32(x, w):
+    n = x.shape[0]
+    y = np.zeros(n, np.float32)
+    flags = np.zeros(n, np.bool_)
+    for i in prange(n):
+        y[i] = x[i] * w + y[i]
+        flags[i] = x[i] > 0.0
+    s = 0.0
+    for i in range(n):
+        if flags[i]:
+            s += y[i] * x[i]
+    return s
+
+
+@pytest.mark.parametrize("target", ["python", "cpu"])
+def test_float32_and_bool_written_arrays(target):
+    # the pair saves a float32 array on the float stack and a bool array on the int stack,
+    # and restores them exactly (the gradient reads y's values in the adjoint of s)
+    x = np.random.default_rng(5).normal(size=9)
+    g = zyg.grad(written_f32, argnums=(0, 1), target=target)(x, 0.6)
+    y = (x * 0.6).astype(np.float32).astype(np.float64)
+    pos = x > 0
+    np.testing.assert_allclose(g[0], np.where(pos, 2 * 0.6 * x, 0.0), rtol=1e-6)
+    assert g[1] == pytest.approx(float(np.sum((x * x)[pos])), rel=1e-6)
+    assert np.all(np.isfinite(y))
+
+
+def test_show_prints_the_loop_pair():
+    with open(os.devnull, "w") as fh:
+        text = zyg.show(C.into_argument, np.ones(4), np.zeros(4), file=fh)
+    assert "=== compiled pair of the prange loop" in text
+    assert "_pl_rp(" in text and "_pl_ra(" in text and "rec_prange_loop" not in text
+
+
+def test_reloaded_from_the_disk_cache_in_a_second_process(tmp_path):
+    """The gradient and the loop's pair (parallel functions) are loaded from numba's disk
+    cache in a second process: nothing is compiled again and the gradient is the same."""
+    script = tmp_path / "heat_script.py"
+    script.write_text(
+        "import numba, numpy as np, zyg\n"
+        "from numba import prange\n"
+        "def heat(u, c):\n"
+        "    n = u.shape[0]\n"
+        "    a = u.copy()\n"
+        "    b = np.empty(n)\n"
+        "    for t in range(3):\n"
+        "        for i in prange(n):\n"
+        "            b[i] = a[i] + c * (a[(i + n - 1) % n] - 2.0 * a[i] + a[(i + 1) % n])\n"
+        "        a, b = b, a\n"
+        "    return np.sum(a * a * u)\n"
+        "g = zyg.grad(heat, argnums=(0, 1), target='cpu')(np.linspace(0.0, 1.0, 16), 0.2)\n"
+        "import sys\n"
+        "hits = misses = 0\n"
+        "for m in [m for k, m in list(sys.modules.items()) if k.startswith('zyg_gen_cpu_heat')]:\n"
+        "    for d in vars(m).values():\n"
+        "        if isinstance(d, numba.core.dispatcher.Dispatcher):\n"
+        "            hits += sum(d.stats.cache_hits.values())\n"
+        "            misses += sum(d.stats.cache_misses.values())\n"
+        "print(repr(g[0].tolist()), repr(g[1]), hits, misses)\n")
+    env = dict(os.environ, ZYG_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                           timeout=600) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    first, second = (r.stdout.split() for r in runs)
+    assert first[:-2] == second[:-2]
+    assert int(first[-1]) >= 1, runs[0].stdout          # the first process compiled it
+    assert int(second[-1]) == 0 and int(second[-2]) >= 1, runs[1].stdout
 
 
 def _live(cls):

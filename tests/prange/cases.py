@@ -108,6 +108,42 @@ def extremes(x, w, c):
     return hi * 2.0 + lo + s
 
 
+def matrix_steps(x, w):
+    """A 2-D array updated in place by a prange in a time loop (the compiled pair saves and
+    restores it), beside an integer array it also writes and a sum."""
+    n = x.shape[0]
+    M = np.ones((n, 3))
+    cnt = np.zeros(n, np.int64)
+    s = 0.0
+    for t in range(3):
+        for i in prange(n):
+            for j in range(3):
+                M[i, j] = M[i, j] * w + x[i] * (j + t)
+            if M[i, 0] > 0.0:
+                cnt[i] = cnt[i] + 1
+            s += M[i, 1] * x[i]
+    return np.sum(M * M) + s + np.sum(cnt) * 0.1
+
+
+def into_argument(x, out):
+    """Writes into an argument array (an output argument), then reads it."""
+    n = x.shape[0]
+    for i in prange(n):
+        out[i] = np.sin(x[i]) * x[i]
+    return np.sum(out * x)
+
+
+def through_row(x, M):
+    """The written array is a row of another (a view made before the loop)."""
+    n = x.shape[0]
+    A = M.copy()
+    for k in range(3):
+        row = A[k]
+        for i in prange(n):
+            row[i] = row[i] * x[i] + k
+    return np.sum(A * A)
+
+
 def inputs(seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=40)
@@ -121,6 +157,9 @@ def inputs(seed=0):
         "shared_read": (shared_read, (x,), (0,)),
         "extremes": (extremes, (x, 0.8, 0.3), (0, 1, 2)),
         "extremes_initial": (extremes, (x, 0.8, 5.0), (0, 1, 2)),
+        "matrix_steps": (matrix_steps, (rng.normal(size=12), 0.9), (0, 1)),
+        "into_argument": (into_argument, (x, np.zeros(40)), (0,)),
+        "through_row": (through_row, (rng.normal(size=6), rng.normal(size=(4, 6))), (0, 1)),
     }
 
 

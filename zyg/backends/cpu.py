@@ -269,6 +269,9 @@ class CpuBackend(Backend):
             # object-mode call takes the GIL itself): nogil matters at entry from Python
             # only, and numba would warn about object mode in a nogil function
             kw["nogil"] = False
+        if getattr(f, "__name__", "") in getattr(f, "__globals__", {}).get("_zyg_parallel", ()):
+            # a parallel loop's compiled pair (zyg/tasks/prange.py): its loops are prange
+            kw["parallel"] = True
         if code is not None and code.has_dispatch_loop():
             return self.jit(f, cache=cache, pipeline_class=generated_pipeline(), **kw)
         return self.jit(f, cache=cache, **kw)

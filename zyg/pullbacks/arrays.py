@@ -249,9 +249,17 @@ class ArrayMixin:
         self.astmts[id(st)] = info
         needed: List[Any] = []     # operands whose values the adjoint reads
         in_loop = self.in_loop(blk.id)
+        if id(st) in self.__dict__.get("_absorbed", {}):
+            info.update(self._absorbed[id(st)])     # a parallel loop's read-out (native.py)
+            return
         if isinstance(fn, Recursive):
             pair = self.native_call(st)
             if pair is not None:
+                return self.prepare_native(blk, st, info, pair)
+        if hasattr(fn, "compiled_pair"):
+            pair = self.native_loop(blk, st)        # a parallel loop (zyg/tasks/prange.py)
+            if pair is not None:
+                info["ploop"] = True
                 return self.prepare_native(blk, st, info, pair)
         if isinstance(fn, SetItem):
             base = e.args[0]
@@ -943,6 +951,8 @@ class ArrayMixin:
         loop = self.in_loop(blk.id)
         if info["kind"] in ("native", "native_plain") and record:
             return self.primal_native(blk, st, info, ind, code)
+        if info["kind"] in ("absorbed", "ppart") and record:
+            return self.primal_absorbed(st, info, ind, code)
         if "restore" in info and record:
             # the previous iteration's contents of an array that is allocated again
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)
@@ -1129,9 +1139,11 @@ class ArrayMixin:
         info = self.astmts[id(st)]
         kind = info["kind"]
         loop = self.in_loop(blk.id)
+        if kind == "native" and info.get("ploop"):
+            return self.adjoint_ploop(st, info, local, ind, code, loop)
         if kind == "native":
             return self.adjoint_native(st, info, local, ind, code, loop)
-        if kind == "native_plain":
+        if kind in ("native_plain", "absorbed", "ppart"):
             return
         if hasattr(fn, "adjoint_effect"):
             # an effect the adjoint repeats at the mirrored point (cuda.syncthreads)

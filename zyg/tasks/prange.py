@@ -45,12 +45,14 @@ python target, the same semantics):
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
 
 import numba
 import numpy as np
 
 from .. import backends
+from ..caches import BUILD_LOCK
 from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch, UnsupportedSyntax
 from ..pullbacks.ckloop import PACKED_KIND, CkLoop, CkPart, PartRunner, _no_hidden, _pack_src, \
@@ -58,7 +60,10 @@ from ..pullbacks.ckloop import PACKED_KIND, CkLoop, CkPart, PartRunner, _no_hidd
 from ..pullbacks.forward import Forward
 from ..pullbacks.transform import emit_split, emit_step, plan
 from ..ssa import hooks
-from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
+from ..pullbacks.native import STACKS
+from ..pullbacks.tape import grow
+from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
+from ..ssa.emit import Code
 
 _ARRAY_DTYPES = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
 
@@ -184,48 +189,58 @@ def _tuple(names: List[str]) -> str:
     return "(" + "".join(n + ", " for n in names) + ")"
 
 
-def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
-    step, n, na = runner.step, runner.n, runner.arrays
-    ir = ssa_of(step)
-    _no_hidden(ir, step)
-    skinds = ["int"] + list(kinds)
-    m = len(kinds) - n
-    stem = _ident(ir.name)
-    backend = backends.get(target)
-    prange, tid, pjit = _parallel(backend)
-    p0 = plan(ir, skinds, [], backend)
-    _check_calls(p0, runner.loc)
-    c0, ns0, _, _ = emit_split(p0, stem + "_run")
-    (run,), _, _ = backend.load(c0, ns0.ns, [stem + "_run_primal"], stem + "_run")
-    diff = [i for i, k in enumerate(skinds) if differentiable(k)]
-    p1 = plan(ir, skinds, diff, backend)
-    _check_writes(p1, na, n, runner.names, runner.loc)
-    atomic = [1 + n + j for j in range(m) if runner.names[n + j] in runner.scattered
-              and _element_reads_only(p1, p1.fn.params[1 + n + j])]
-    c1, ns1, _, given = emit_step(p1, stem + "_rev", atomic)
-    (rec, adj), _, _ = backend.load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"],
-                                    stem + "_rev")
-    cn = [f"c{i}" for i in range(n)]
-    fn_ = [f"f{j}" for j in range(m)]
-    ck, fk = kinds[:n], kinds[n:]
-    sums = list(range(na, n))
-    diff_free = [j for j in range(m) if differentiable(fk[j])]
-    slot = {i - 1: s for s, i in enumerate(diff)}      # operand index -> adjoint result slot
+class _Step:
+    """One parallel loop's step compiled for one set of kinds and one target: its plain
+    primal ``run``, its recording primal ``rec`` (given the shadows) and adjoint ``adj``,
+    and what the loops around them generate from."""
 
-    ops = runner.ops
-    mm = [i for i in sums if ops[i] in ("max", "min")]
+    def __init__(self, runner: "PRunner", kinds: List[str], backend):
+        step, n, na = runner.step, runner.n, runner.arrays
+        ir = ssa_of(step)
+        _no_hidden(ir, step)
+        skinds = ["int"] + list(kinds)
+        m = len(kinds) - n
+        stem = self.stem = _ident(ir.name)
+        self.backend = backend
+        self.prange, self.tid, self.pjit = _parallel(backend)
+        p0 = plan(ir, skinds, [], backend)
+        _check_calls(p0, runner.loc)
+        c0, ns0, _, _ = emit_split(p0, stem + "_run")
+        (self.run,), _, _ = backend.load(c0, ns0.ns, [stem + "_run_primal"], stem + "_run")
+        diff = [i for i, k in enumerate(skinds) if differentiable(k)]
+        p1 = plan(ir, skinds, diff, backend)
+        _check_writes(p1, na, n, runner.names, runner.loc)
+        self.atomic = [1 + n + j for j in range(m) if runner.names[n + j] in runner.scattered
+                       and _element_reads_only(p1, p1.fn.params[1 + n + j])]
+        c1, ns1, _, self.given = emit_step(p1, stem + "_rev", self.atomic)
+        (self.rec, self.adj), _, _ = backend.load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"],
+                                                  stem + "_rev")
+        self.runner, self.n, self.na, self.m = runner, n, na, m
+        self.cn = [f"c{i}" for i in range(n)]
+        self.fn_ = [f"f{j}" for j in range(m)]
+        self.ck, self.fk = kinds[:n], kinds[n:]
+        self.sums = list(range(na, n))
+        self.diff_free = [j for j in range(m) if differentiable(self.fk[j])]
+        self.slot = {i - 1: s for s, i in enumerate(diff)}      # operand index -> adjoint result slot
+        self.ops = runner.ops
+        self.mm = [i for i in self.sums if self.ops[i] in ("max", "min")]
 
-    def take(i: int) -> str:
-        return "_r" if n == 1 else f"_r[{i}]"
+    def glob(self) -> Dict[str, Any]:
+        return {"np": np, "_pl_run": self.run, "_pl_rec": self.rec, "_pl_adj": self.adj,
+                "_pl_prange": self.prange, "_pl_tid": self.tid,
+                "_pl_sum_rows": self.backend.helper(_sum_rows)}
 
-    def step_args(t: str, arrays: List[str]) -> List[str]:
-        return [t] + arrays + [_identity(ops[i], ck[i]) for i in sums] + fn_
+    def take(self, i: int) -> str:
+        return "_r" if self.n == 1 else f"_r[{i}]"
 
-    def winners(ind: str) -> None:
+    def step_args(self, t: str, arrays: List[str]) -> List[str]:
+        return [t] + arrays + [_identity(self.ops[i], self.ck[i]) for i in self.sums] + self.fn_
+
+    def winners(self, lines: List[str], ind: str) -> None:
         """``_w<i>``: the iteration whose candidate won min/max reduction i (-1: the value
         before the loop; ties go to the earliest), ``_b<i>`` the result."""
-        for i in mm:
-            cmp = ">" if ops[i] == "max" else "<"
+        for i in self.mm:
+            cmp = ">" if self.ops[i] == "max" else "<"
             lines.append(f"{ind}_w{i} = -1")
             lines.append(f"{ind}_b{i} = c{i}")
             lines.append(f"{ind}for _k in range(T):")
@@ -233,99 +248,260 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
             lines.append(f"{ind}        _b{i} = _v{i}[_k]")
             lines.append(f"{ind}        _w{i} = _k")
 
+    def forward_loop(self, lines: List[str]) -> None:
+        """The iterations in parallel over the written arrays ``c<i>``; then ``c<i>`` of a
+        reduction is its result."""
+        ck = self.ck
+        for i in self.sums:
+            if i in self.mm:
+                lines.append(f"    _v{i} = np.empty(T, np.{_DT[ck[i]]})")
+            else:
+                lines.append(f"    _s{i} = {_zero(ck[i])}")
+        lines.append("    for _k in _pl_prange(T):")
+        lines.append(f"        _r, _tp = _pl_run({', '.join(self.step_args('t0 + _k', self.cn[:self.na]))})")
+        for i in self.sums:
+            lines.append(f"        _v{i}[_k] = {self.take(i)}" if i in self.mm
+                         else f"        _s{i} += {self.take(i)}")
+        self.winners(lines, "    ")
+        for i in self.sums:
+            lines.append(f"    c{i} = _b{i}" if i in self.mm else f"    c{i} = c{i} + _s{i}")
+
+    def backward_loop(self, lines: List[str], inplace: bool) -> List[str]:
+        """Each iteration recomputed with its own tape, then reversed at once, adding into
+        the shadows; returns the names of the cotangents of the read-only operands (in
+        ``diff_free`` order; ``inplace``: the numbers' only, the arrays' shadows are the
+        caller's ``sh<o>``, added into in place).  ``d<i>`` holds the cotangent of carried
+        value ``i`` (a written array's shadow) before, and of its initial value after."""
+        runner, n, na, fk = self.runner, self.n, self.na, self.fk
+        serial = bool(runner.shared)
+        loop = "range" if serial else "_pl_prange"
+        shadows, rows = [], []
+        for i in self.given:                # skinds index of a float array parameter
+            o = i - 1
+            if o < n:
+                shadows.append(f"d{o}")
+            elif runner.names[o] in runner.private or i in self.atomic:
+                # read only at the iteration's own elements (x[i]): one shadow, no races; read
+                # at scattered elements (u[i - 1], x[idx[i]]): one shadow, atomic additions
+                j = o - n
+                if inplace:
+                    shadows.append(f"sh{o}")
+                else:
+                    lines.append(f"    _gp{j} = np.zeros(f{j}.shape, f{j}.dtype)")
+                    shadows.append(f"_gp{j}")
+            else:
+                j = o - n
+                lines.append(f"    _gr{j} = np.zeros((_nt,) + f{j}.shape, f{j}.dtype)")
+                shadows.append(f"_gr{j}[_tid]")
+                rows.append(j)
+        for j in self.diff_free:
+            if not is_array(fk[j]):
+                lines.append(f"    _gs{j} = 0.0")
+        if self.mm:
+            # which iteration won each min/max: the candidates once more, on a copy of the
+            # written arrays (the iterations' own writes must not be seen by their recomputation)
+            for i in range(na):
+                lines.append(f"    _cw{i} = c{i}.copy()")
+            for i in self.mm:
+                lines.append(f"    _v{i} = np.empty(T, np.{_DT[self.ck[i]]})")
+            lines.append("    for _k in _pl_prange(T):")
+            lines.append(f"        _r, _tp = _pl_run({', '.join(self.step_args('t0 + _k', [f'_cw{i}' for i in range(na)]))})")
+            for i in self.mm:
+                lines.append(f"        _v{i}[_k] = {self.take(i)}")
+            self.winners(lines, "    ")
+        # the written arrays' cotangents are in their shadows: their parts of dy are not read;
+        # a sum's cotangent reaches every iteration, a min/max's only the winner's
+        dys = [f"_e{i}" if i in self.mm else f"d{i}" for i in range(n)]
+        dy = dys[0] if n == 1 else _tuple(dys)
+        lines.append(f"    for _k in {loop}(T):")
+        for i in self.mm:
+            lines.append(f"        _e{i} = 0.0")
+            lines.append(f"        if _k == _w{i}:")
+            lines.append(f"            _e{i} = d{i}")
+        lines.append("        _tid = 0" if serial else "        _tid = _pl_tid()")
+        lines.append(f"        _r, _tp = _pl_rec({', '.join(self.step_args('t0 + _k', self.cn[:na]) + shadows)})")
+        lines.append(f"        _g = _pl_adj(*_tp, {dy})")
+        for j in self.diff_free:
+            if not is_array(fk[j]):
+                lines.append(f"        _gs{j} += _g[{self.slot[n + j]}]")
+        for i in self.mm:
+            lines.append(f"    if _w{i} != -1:")
+            lines.append(f"        d{i} = 0.0")
+        gs = []
+        for j in self.diff_free:
+            if is_array(fk[j]):
+                if inplace:
+                    if j in rows:
+                        lines.append(f"    sh{n + j} += _pl_sum_rows(_gr{j})")
+                    continue
+                lines.append(f"    g{j} = _pl_sum_rows(_gr{j})" if j in rows else f"    g{j} = _gp{j}")
+            else:
+                lines.append(f"    g{j} = _gs{j}")
+            gs.append(f"g{j}")
+        return gs
+
+
+def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
+    """The loop as a function of values (the run-time path: ``PRunner.forward``/``vjp``):
+    ``_pl_fwd(T, t0, *carried, *read) -> packed carried values`` and ``_pl_bwd(T, t0,
+    *carried, *read, dz, nthreads) -> (*cotangents of carried, *of read)``."""
+    S = _Step(runner, kinds, backends.get(target))
+    n, na, ck, cn, fn_ = S.n, S.na, S.ck, S.cn, S.fn_
     lines: List[str] = []
     # -- forward: the iterations in parallel over a copy of the written arrays
     lines.append(f"def _pl_fwd(T, t0, {', '.join(cn + fn_)}):")
     for i in range(na):
         lines.append(f"    c{i} = c{i}.copy()")
-    for i in sums:
-        if i in mm:
-            lines.append(f"    _v{i} = np.empty(T, np.{_DT[ck[i]]})")
-        else:
-            lines.append(f"    _s{i} = {_zero(ck[i])}")
-    lines.append("    for _k in _pl_prange(T):")
-    lines.append(f"        _r, _tp = _pl_run({', '.join(step_args('t0 + _k', cn[:na]))})")
-    for i in sums:
-        lines.append(f"        _v{i}[_k] = {take(i)}" if i in mm else f"        _s{i} += {take(i)}")
-    winners("    ")
-    for i in sums:
-        lines.append(f"    c{i} = _b{i}" if i in mm else f"    c{i} = c{i} + _s{i}")
+    S.forward_loop(lines)
     _pack_src(lines, ck, cn, "_z", "    ")
     lines.append("    return _z")
     lines.append("")
-    # -- backward: each iteration recomputed with its own tape, then reversed at once
-    serial = bool(runner.shared)
-    loop = "range" if serial else "_pl_prange"
+    # -- backward: on copies of the written arrays, into fresh shadows
     ds = [f"d{i}" for i in range(n)]
     lines.append(f"def _pl_bwd(T, t0, {', '.join(cn + fn_)}, dz, _nt):")
     _unpack_src(lines, ck, cn, "dz", ds, "    ")
     for i in range(na):
         lines.append(f"    c{i} = c{i}.copy()")
-    shadows = []
-    for i in given:                     # skinds index of a float array parameter
-        o = i - 1
-        if o < n:
-            shadows.append(f"d{o}")
-        elif runner.names[o] in runner.private or i in atomic:
-            # read only at the iteration's own elements (x[i]): one shadow, no races; read
-            # at scattered elements (u[i - 1], x[idx[i]]): one shadow, atomic additions
-            j = o - n
-            lines.append(f"    _gp{j} = np.zeros(f{j}.shape, f{j}.dtype)")
-            shadows.append(f"_gp{j}")
-        else:
-            j = o - n
-            lines.append(f"    _gr{j} = np.zeros((_nt,) + f{j}.shape, f{j}.dtype)")
-            shadows.append(f"_gr{j}[_tid]")
-    for j in diff_free:
-        if not is_array(fk[j]):
-            lines.append(f"    _gs{j} = 0.0")
-    if mm:
-        # which iteration won each min/max: the candidates once more, on a copy of the
-        # written arrays (the iterations' own writes must not be seen by their recomputation)
-        for i in range(na):
-            lines.append(f"    _cw{i} = c{i}.copy()")
-        for i in mm:
-            lines.append(f"    _v{i} = np.empty(T, np.{_DT[ck[i]]})")
-        lines.append("    for _k in _pl_prange(T):")
-        lines.append(f"        _r, _tp = _pl_run({', '.join(step_args('t0 + _k', [f'_cw{i}' for i in range(na)]))})")
-        for i in mm:
-            lines.append(f"        _v{i}[_k] = {take(i)}")
-        winners("    ")
-    # the written arrays' cotangents are in their shadows: their parts of dy are not read;
-    # a sum's cotangent reaches every iteration, a min/max's only the winner's
-    dys = [f"_e{i}" if i in mm else f"d{i}" for i in range(n)]
-    dy = dys[0] if n == 1 else _tuple(dys)
-    lines.append(f"    for _k in {loop}(T):")
-    for i in mm:
-        lines.append(f"        _e{i} = 0.0")
-        lines.append(f"        if _k == _w{i}:")
-        lines.append(f"            _e{i} = d{i}")
-    lines.append("        _tid = 0" if serial else "        _tid = _pl_tid()")
-    lines.append(f"        _r, _tp = _pl_rec({', '.join(step_args('t0 + _k', cn[:na]) + shadows)})")
-    lines.append(f"        _g = _pl_adj(*_tp, {dy})")
-    for j in diff_free:
-        if not is_array(fk[j]):
-            lines.append(f"        _gs{j} += _g[{slot[n + j]}]")
-    for i in mm:
-        lines.append(f"    if _w{i} != -1:")
-        lines.append(f"        d{i} = 0.0")
-    gs = []
-    for j in diff_free:
-        if is_array(fk[j]) and (runner.names[n + j] in runner.private or 1 + n + j in atomic):
-            lines.append(f"    g{j} = _gp{j}")
-        elif is_array(fk[j]):
-            lines.append(f"    g{j} = _pl_sum_rows(_gr{j})")
-        else:
-            lines.append(f"    g{j} = _gs{j}")
-        gs.append(f"g{j}")
+    gs = S.backward_loop(lines, inplace=False)
     lines.append(f"    return {_tuple(ds + gs)}")
     src = "\n".join(lines) + "\n"
-    glob = {"np": np, "_pl_run": run, "_pl_rec": rec, "_pl_adj": adj, "_pl_prange": prange,
-            "_pl_tid": tid, "_pl_sum_rows": backend.helper(_sum_rows)}
-    exec(compile(src, f"<zyg prange loop {stem}>", "exec"), glob)
-    out = _Compiled(pjit(glob["_pl_fwd"]), pjit(glob["_pl_bwd"]), diff_free)
+    glob = S.glob()
+    exec(compile(src, f"<zyg prange loop {S.stem}>", "exec"), glob)
+    out = _Compiled(S.pjit(glob["_pl_fwd"]), S.pjit(glob["_pl_bwd"]), S.diff_free)
     out.source = src
     return out
+
+
+# -- the loop as a compiled pair (pullbacks/native.py's protocol) --------------------------
+
+_PAIR_DTYPES = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def pair_possible(kinds: List[str], n: int, na: int) -> bool:
+    """Can the loop with operand kinds ``kinds`` (carried, then read) run as a compiled pair?
+    Not with complex or tuple operands (the run-time path refuses or handles them)."""
+    for k in kinds:
+        if is_array(k):
+            if array_dtype(k) not in _PAIR_DTYPES:
+                return False
+        elif k not in ("float", "int", "bool"):
+            return False
+    return all(is_array(k) for k in kinds[:na])
+
+
+def _stack_of(k: str) -> str:
+    return "f" if array_dtype(k) in ("float64", "float32") else "i"
+
+
+def _copy_loops(lines: List[str], k: str, arr: str, buf: str, top: str, save: bool) -> None:
+    """A parallel copy of array ``arr``'s elements (C order) to ``buf[top:]`` (``save``) or
+    back: one pass, any layout, split over the first axis."""
+    nd = array_ndim(k)
+    idx = [f"_j{d}" for d in range(nd)]
+    lines.append(f"    if {arr}.size > 0:")
+    ind = "        "
+    flat = top
+    for d in range(nd):
+        lines.append(f"{ind}for _j{d} in {'_pl_prange' if d == 0 else 'range'}({arr}.shape[{d}]):")
+        ind += "    "
+    for d in range(nd):
+        stride = " * ".join(f"{arr}.shape[{e}]" for e in range(d + 1, nd)) or "1"
+        flat += f" + _j{d} * {stride}"
+    el = f"{arr}[{', '.join(idx)}]"
+    if save:
+        lines.append(f"{ind}{buf}[{flat}] = {el}")
+    elif array_dtype(k) == "bool":
+        lines.append(f"{ind}{el} = {buf}[{flat}] != 0")
+    else:
+        lines.append(f"{ind}{el} = {buf}[{flat}]")
+
+
+@dataclass
+class LoopPair:
+    """A parallel loop compiled as a pair: ``rp(T, t0, s, *carried, *read, _lim, <stacks>)
+    -> (sums, <stacks>)`` writes the carried arrays in place (after pushing their contents)
+    and returns the sums packed; ``ra(T, t0, s, *carried, *read, *shadows, dsums, _lim,
+    <stacks>) -> (*cotangents of the float numbers, <tops>)`` restores the carried arrays
+    and adds into the shadows of the float arrays (operand positions ``array_diff``)."""
+    rp: Any
+    ra: Any
+    scalar_diff: List[int]
+    array_diff: List[int]
+    sums: List[int]         # carried positions (0-based among carried) of the reductions
+    fwd: Any = None         # the loops themselves (ipf: forward in place, ipb: backward)
+    bwd: Any = None
+    source: str = ""
+
+
+def build_pair(runner: "PRunner", kinds: List[str], backend) -> LoopPair:
+    S = _Step(runner, kinds, backend)
+    n, na, m, ck, fk, cn, fn_ = S.n, S.na, S.m, S.ck, S.fk, S.cn, S.fn_
+    ops_all = ["T", "t0", "s"] + cn + fn_
+    opk = ["int", "int", "int"] + list(kinds)
+    scalar_diff = [q for q in range(3, 3 + n + m) if differentiable(opk[q]) and not is_array(opk[q])]
+    array_diff = [q for q in range(3, 3 + n + m) if differentiable(opk[q]) and is_array(opk[q])]
+    for i in S.given:
+        assert i + 2 in array_diff, (i, array_diff)
+    stem = S.stem + "_pl"
+    stacks = [x for s in STACKS for x in (f"_{s}s", f"_{s}sp")]
+    lines: List[str] = []
+    # -- the forward loop in place; the reductions' results packed
+    lines.append(f"def {stem}_ipf(T, t0, {', '.join(cn + fn_)}):")
+    S.forward_loop(lines)
+    lines.append(f"    _z = np.empty({len(S.sums)})")
+    for j, i in enumerate(S.sums):
+        lines.append(f"    _z[{j}] = c{i}")
+    lines.append("    return _z")
+    lines.append("")
+    # -- the backward loop on the restored arrays, into the caller's shadows
+    sh = [f"sh{q - 3}" for q in array_diff]
+    dsum = [f"d{i}" for i in S.sums]
+    lines.append(f"def {stem}_ipb(T, t0, {', '.join(cn + fn_ + sh + dsum)}, _nt):")
+    for i in range(na):
+        lines.append(f"    d{i} = {f'sh{i}' if differentiable(ck[i]) else f'c{i}'}")
+    gs = S.backward_loop(lines, inplace=True)
+    outs = [f"d{i}" for i in S.sums if differentiable(ck[i])] + gs
+    lines.append(f"    return {_tuple(outs)}")
+    lines.append("")
+    # -- the pair: records of the written arrays on the caller's stacks
+    lines.append(f"def {stem}_rp({', '.join(ops_all)}, _lim, {', '.join(stacks)}):")
+    lines.append("    T = max(T, 0)")
+    for i in range(na):
+        s = _stack_of(ck[i])
+        lines.append(f"    if _{s}sp + c{i}.size > _{s}s.shape[0]:")
+        lines.append(f"        _{s}s = _pl_grow(_{s}s, _{s}sp + c{i}.size)")
+        _copy_loops(lines, ck[i], f"c{i}", f"_{s}s", f"_{s}sp", save=True)
+        lines.append(f"    _{s}sp += c{i}.size")
+    lines.append(f"    _z = {stem}_ipf(T, t0, {', '.join(cn + fn_)})")
+    lines.append(f"    return (_z, {', '.join(stacks)})")
+    lines.append("")
+    lines.append(f"def {stem}_ra({', '.join(ops_all + sh)}, _dz, _lim, {', '.join(stacks)}):")
+    lines.append("    T = max(T, 0)")
+    for i in reversed(range(na)):
+        s = _stack_of(ck[i])
+        lines.append(f"    _{s}sp -= c{i}.size")
+        _copy_loops(lines, ck[i], f"c{i}", f"_{s}s", f"_{s}sp", save=False)
+    lines.append(f"    _g = {stem}_ipb(T, t0, {', '.join(cn + fn_ + sh + [f'_dz[{j}]' for j in range(len(S.sums))])}, "
+                 "_pl_nthreads)")
+    res = [f"_g[{k}]" for k in range(len(outs))] + [f"_{s}sp" for s in STACKS]
+    lines.append(f"    return {_tuple(res)}")
+    src = "\n".join(lines) + "\n"
+    code = Code()
+    for ln in src.splitlines():
+        code.add(0, ln)
+    ns = S.glob()
+    # rows of per-thread shadows: numba.get_thread_id() < get_num_threads() <= this, a
+    # constant of the module's text (so of its disk cache); numba's get_num_threads() in
+    # compiled code would keep the code out of the disk cache (a dynamic global)
+    ns.update({"_pl_grow": backend.helper(grow),
+               "_pl_nthreads": numba.config.NUMBA_NUM_THREADS if backend.compiled else 1,
+               "_zyg_parallel": tuple(stem + x for x, par in (
+                   ("_ipf", True), ("_ipb", not runner.shared or S.mm), ("_rp", na), ("_ra", na)) if par)
+               if backend.compiled else ()})
+    (ipf, ipb, rp, ra), _, _ = backend.load(code, ns, [stem + s for s in ("_ipf", "_ipb", "_rp", "_ra")],
+                                        stem)
+    return LoopPair(rp, ra, scalar_diff, array_diff, S.sums, ipf, ipb, src)
+
 
 
 def build_tangent(runner: "PRunner", kinds: List[str], target: str):
@@ -413,8 +589,20 @@ class PRunner:
         self.loc = loc
         self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
         self.tangents: Dict[Tuple[Tuple[str, ...], str], Any] = {}
+        self.pairs: Dict[Tuple[Tuple[str, ...], Any], LoopPair] = {}
         self.helpers: Dict[Any, Any] = {}
         self.__name__ = f"prange_loop_{getattr(step, '__name__', 'step')}"
+
+    def pair(self, kinds: List[str], backend) -> Optional[LoopPair]:
+        r = self
+        if not pair_possible(kinds, r.n, r.arrays) or any(array_ndim(k) == 0 for k in kinds if is_array(k)):
+            return None
+        check_kinds(list(kinds), r.arrays, r.n, r.names, r.loc)
+        key = (tuple(kinds), backend.key())
+        with BUILD_LOCK:
+            if key not in self.pairs:
+                self.pairs[key] = build_pair(self, list(kinds), backend)
+        return self.pairs[key]
 
     def kinds(self, vals) -> List[str]:
         kinds = _kinds(vals, "prange loop")
@@ -491,6 +679,11 @@ class PLoop(CkLoop):
     def written_operands(self, args) -> list:
         """The operands the loop writes (for zyg/safety.py): its written arrays."""
         return list(args[3:3 + self.fn.arrays])
+
+    def compiled_pair(self, kinds: List[str], backend) -> Optional[LoopPair]:
+        """The loop as a compiled pair for operand kinds ``kinds`` (carried, then read) on
+        ``backend`` (``pullbacks/native.py``'s ``native_loop``), or None: the run-time path."""
+        return self.fn.pair(kinds, backend)
 
     def _zyg_kind(self, kinds):
         r = self.fn
