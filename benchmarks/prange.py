@@ -71,14 +71,18 @@ def heat(u0, c, steps):
     return np.sum(a * a)
 
 
-def _median(fn, repeat: int) -> float:
-    fn()
-    ts = []
+def _medians(f, g, repeat: int):
+    """Medians of ``f``'s and ``g``'s times, their runs alternated (a load that comes and
+    goes on a shared machine then weighs on both alike)."""
+    f()
+    g()
+    tf, tg = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+        for fn, ts in ((f, tf), (g, tg)):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+    return statistics.median(tf), statistics.median(tg)
 
 
 def workloads(scale: float):
@@ -113,8 +117,7 @@ def main() -> None:
         base = {}
         for t in threads:
             numba.set_num_threads(t)
-            tp = _median(lambda: primal(*args), a.repeat)
-            tg = _median(lambda: grad(*args), a.repeat)
+            tp, tg = _medians(lambda: primal(*args), lambda: grad(*args), a.repeat)
             base.setdefault("p", tp)
             base.setdefault("g", tg)
             rows.append((name, t, tg / tp, base["p"] / tp, base["g"] / tg))

@@ -14,10 +14,11 @@ later process, is linked to that process's library and handles.  The width of a 
 functions' names, and so of the fingerprint of every generated module that calls them
 (``zyg/compile.py``): code built for one ABI never links against another.
 
-The blocking calls are here (zyg's primitives of ``allreduce``, ``bcast``, ``reduce``,
-``send``, ``recv``, ``sendrecv`` and their reverses, and ``numba_mpi.rank`` / ``size``);
-code calling the non-blocking ones (handles holding MPI requests) or any other numba-mpi
-function keeps numba-mpi's calls and is compiled in every process (:func:`pins_process`).
+Covered: zyg's primitives of ``allreduce``, ``bcast``, ``reduce``, ``send``, ``recv``,
+``sendrecv``, the non-blocking ``isend`` / ``irecv`` and their waits (the handles of
+``zyg/tasks/mpi.py``, into whose slots MPI writes its requests), their reverses and forward
+versions, and ``numba_mpi.rank`` / ``size``.  Code calling any other numba-mpi function
+keeps numba-mpi's calls and is compiled in every process (:func:`pins_process`).
 """
 from __future__ import annotations
 
@@ -210,7 +211,45 @@ def _build(bits: int) -> Dict[str, Any]:
             return nt.int32(), codegen
         return query
 
+    def request(context, builder, aty, val):
+        """A pointer to the first element of array ``val`` (an int64 slot of a handle),
+        where MPI writes or reads an ``MPI_Request``."""
+        return builder.bitcast(context.make_array(aty)(context, builder, val).data, i8p)
+
+    def start(fname):
+        @intrinsic
+        def call(typingctx, buf, peer, tag, req):
+            if not arrays_ok(buf) or not ints_ok(peer, tag) or not isinstance(req, nt.Array) \
+                    or req.dtype != nt.int64:
+                return None
+
+            def codegen(context, builder, sig, args):
+                vals = [buffer(context, builder, sig.args[0], args[0])[0],
+                        buffer(context, builder, sig.args[0], args[0])[1],
+                        handle(builder, dtype_name(sig.args[0])),
+                        context.cast(builder, args[1], sig.args[1], nt.int32),
+                        context.cast(builder, args[2], sig.args[2], nt.int32),
+                        handle(builder, "comm_world"),
+                        request(context, builder, sig.args[3], args[3])]
+                fnty = ir.FunctionType(i32, [i8p, i32, hty, i32, i32, hty, i8p])
+                return builder.call(cgutils.get_or_insert_function(builder.module, fnty, fname), vals)
+            return nt.int32(buf, peer, tag, req), codegen
+        return call
+
+    @intrinsic
+    def c_wait(typingctx, req, status):
+        if not isinstance(req, nt.Array) or req.dtype != nt.int64 or not isinstance(status, nt.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(i32, [i8p, i8p])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "MPI_Wait")
+            return builder.call(fn, [request(context, builder, sig.args[0], args[0]),
+                                     buffer(context, builder, sig.args[1], args[1])[0]])
+        return nt.int32(req, status), codegen
+
     return {"c_sendrecv": c_sendrecv, "c_rank": comm_query("MPI_Comm_rank"),
+            "c_isend": start("MPI_Isend"), "c_irecv": start("MPI_Irecv"), "c_wait": c_wait,
             "c_size": comm_query("MPI_Comm_size"), "c_allreduce": c_allreduce,
             "c_bcast": c_bcast, "c_reduce": c_reduce, "c_send": c_send, "c_recv": c_recv}
 
@@ -304,6 +343,91 @@ def recv_back_{tag}(dy, source, tag):
     return c_send(np.ascontiguousarray(dy), source, t)
 
 
+# non-blocking calls: the handles of zyg/tasks/mpi.py (``[req0, req1, 0, 0 | data]``, int64),
+# MPI writing each request into its slot; a pair of requests is waited one by one
+
+def _data_{tag}(h, like, k):
+    a = np.ascontiguousarray(like)
+    nw = (a.size * a.itemsize + 7) // 8
+    return h[HEAD + k * nw:HEAD + (k + 1) * nw].view(a.dtype)[:a.size]
+
+
+def _handle_{tag}(like, copies):
+    a = np.ascontiguousarray(like)
+    nw = (a.size * a.itemsize + 7) // 8
+    return np.zeros(HEAD + copies * nw, np.int64)
+
+
+def isend_start_{tag}(x, dest, tag):
+    a = np.ascontiguousarray(x)
+    h = _handle_{tag}(a, 1)
+    b = _data_{tag}(h, a, 0)
+    b[:] = a.reshape(a.size)
+    c_isend(b, dest, tag, h[0:1])
+    return h
+
+
+def irecv_start_{tag}(like, source, tag):
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    h = _handle_{tag}(like, 1)
+    c_irecv(_data_{tag}(h, like, 0), source, tag, h[0:1])
+    return h
+
+
+def isend_wait_{tag}(h, x, dest, tag):
+    status = np.empty(STATUS_INTS, np.intc)
+    return c_wait(h[0:1], status)
+
+
+def irecv_wait_{tag}(h, like, source, tag):
+    status = np.empty(STATUS_INTS, np.intc)
+    c_wait(h[0:1], status)
+    a = np.ascontiguousarray(like)
+    return _data_{tag}(h, a, 0).reshape(a.shape).copy()
+
+
+def isend_start2_{tag}(x, tx, dest, tag):
+    a = np.ascontiguousarray(x)
+    h = _handle_{tag}(a, 2)
+    b = _data_{tag}(h, a, 0)
+    b[:] = a.reshape(a.size)
+    c_isend(b, dest, tag, h[0:1])
+    b1 = _data_{tag}(h, a, 1)
+    b1[:] = np.ascontiguousarray(tx).reshape(a.size)
+    c_isend(b1, dest, tag, h[1:2])
+    return h
+
+
+def irecv_start2_{tag}(like, source, tag):
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    h = _handle_{tag}(like, 2)
+    c_irecv(_data_{tag}(h, like, 0), source, tag, h[0:1])
+    c_irecv(_data_{tag}(h, like, 1), source, tag, h[1:2])
+    return h
+
+
+def isend_wait2_{tag}(h):
+    status = np.empty(STATUS_INTS, np.intc)
+    e = c_wait(h[0:1], status)
+    e2 = c_wait(h[1:2], status)
+    return e if e != 0 else e2
+
+
+def irecv_wait2_{tag}(h, like):
+    status = np.empty(STATUS_INTS, np.intc)
+    c_wait(h[0:1], status)
+    c_wait(h[1:2], status)
+    a = np.ascontiguousarray(like)
+    return _data_{tag}(h, a, 0).reshape(a.shape).copy()
+
+
+def irecv_tangent2_{tag}(h, like):
+    a = np.ascontiguousarray(like)
+    return _data_{tag}(h, a, 1).reshape(a.shape).copy()
+
+
 def rank_{tag}():
     return c_rank()
 
@@ -327,13 +451,18 @@ def natives(jit, options: str) -> Dict[int, Any]:
     import numba_mpi
     from . import mpi
     tag = f"h{bits}"
-    glob: Dict[str, Any] = {"np": np, "STATUS_INTS": _STATUS_INTS, "__name__": __name__}
+    glob: Dict[str, Any] = {"np": np, "STATUS_INTS": _STATUS_INTS, "HEAD": mpi._HEAD,
+                            "__name__": __name__}
     glob.update(_build(bits))
     exec(compile(_SRC.format(tag=tag), f"<zyg mpi natives {tag}>", "exec"), glob)
+    for name in ("_data", "_handle"):       # helpers the others call: compiled first
+        glob[f"{name}_{tag}"] = jit(glob[f"{name}_{tag}"])
     got = {id(getattr(mpi, name)): jit(glob[f"{name}_{tag}"])
            for name in ("sendrecv_", "sendrecv_back", "allreduce_sum", "bcast_from", "reduce_sum",
                         "send_to", "recv_from", "bcast_back", "reduce_back", "reduce_keep",
-                        "send_back", "recv_back")}
+                        "send_back", "recv_back", "isend_start", "irecv_start", "isend_wait",
+                        "irecv_wait", "isend_start2", "irecv_start2", "isend_wait2", "irecv_wait2",
+                        "irecv_tangent2")}
     for name in ("rank", "size"):
         f = getattr(numba_mpi, name, None)
         if f is not None:
