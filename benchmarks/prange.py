@@ -71,18 +71,34 @@ def heat(u0, c, steps):
     return np.sum(a * a)
 
 
-def _medians(f, g, repeat: int):
-    """Medians of ``f``'s and ``g``'s times, their runs alternated (a load that comes and
-    goes on a shared machine then weighs on both alike)."""
-    f()
-    g()
-    tf, tg = [], []
+def _medians(fns, repeat: int):
+    """Medians of the functions' times, their runs alternated (a load that comes and goes
+    on a shared machine then weighs on all alike)."""
+    for fn in fns:
+        fn()
+    ts = [[] for _ in fns]
     for _ in range(repeat):
-        for fn, ts in ((f, tf), (g, tg)):
+        for fn, got in zip(fns, ts):
             t = time.perf_counter()
             fn()
-            ts.append(time.perf_counter() - t)
-    return statistics.median(tf), statistics.median(tg)
+            got.append(time.perf_counter() - t)
+    return [statistics.median(got) for got in ts]
+
+
+def _runtime_path_grad(f, argnums, args):
+    """The gradient of a copy of ``f`` built with ``ZYG_NATIVE_PRANGE=0`` (the loop called
+    through Python as a function of values: zyg's path before the compiled pairs).  The
+    variable is read when the gradient is generated, at its first call."""
+    import os
+    import types
+    g = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    os.environ["ZYG_NATIVE_PRANGE"] = "0"
+    try:
+        grad = zyg.grad(g, argnums=argnums, target="cpu")
+        grad(*args)
+    finally:
+        del os.environ["ZYG_NATIVE_PRANGE"]
+    return grad
 
 
 def workloads(scale: float):
@@ -102,13 +118,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--paths", action="store_true",
+                    help="also time the run-time path (ZYG_NATIVE_PRANGE=0) in the same runs")
     a = ap.parse_args()
     maxt = numba.config.NUMBA_NUM_THREADS
     threads = [t for t in (a.threads or [1, 2, 4, 8, 16]) if t <= maxt] or [1]
     rows = []
     for name, f, args, argnums in workloads(a.scale):
         primal = numba.njit(parallel=True)(f)
-        grad = zyg.grad(f, argnums=argnums, target="cpu")
+        grads = [("compiled pair", zyg.grad(f, argnums=argnums, target="cpu"))]
+        if a.paths:
+            grads.append(("run-time path", _runtime_path_grad(f, argnums, args)))
         try:
             primal(*args)
         except Exception as e:      # numba issue 10132 on Python 3.12+ (docs/parallel.md)
@@ -117,14 +137,18 @@ def main() -> None:
         base = {}
         for t in threads:
             numba.set_num_threads(t)
-            tp, tg = _medians(lambda: primal(*args), lambda: grad(*args), a.repeat)
+            got = _medians([lambda: primal(*args)] + [lambda g=g: g(*args) for _, g in grads], a.repeat)
+            tp = got[0]
             base.setdefault("p", tp)
-            base.setdefault("g", tg)
-            rows.append((name, t, tg / tp, base["p"] / tp, base["g"] / tg))
-            print(f"{name}: {t} threads: gradient/primal {tg / tp:.2f}, primal speed-up "
-                  f"{base['p'] / tp:.2f}, gradient speed-up {base['g'] / tg:.2f}", flush=True)
+            for (path, _), tg in zip(grads, got[1:]):
+                base.setdefault(path, tg)
+                label = name if not a.paths else f"{name}, {path}"
+                rows.append((label, t, tg / tp, base["p"] / tp, base[path] / tg))
+                print(f"{label}: {t} threads: gradient/primal {tg / tp:.2f}, primal speed-up "
+                      f"{base['p'] / tp:.2f}, gradient speed-up {base[path] / tg:.2f}", flush=True)
     lines = ["# prange: zyg's gradient against the numba primal, by thread count", "",
-             f"`python -m benchmarks.prange --repeat {a.repeat} --scale {a.scale}` on "
+             f"`python -m benchmarks.prange --threads {' '.join(map(str, threads))} --repeat {a.repeat} "
+             f"--scale {a.scale}{' --paths' if a.paths else ''}` on "
              f"{maxt} hardware threads (medians; only ratios).", "",
              "| workload | threads | gradient / primal | primal speed-up | gradient speed-up |",
              "|---|---|---|---|---|"]

@@ -17,7 +17,8 @@ functions' names, and so of the fingerprint of every generated module that calls
 Covered: zyg's primitives of ``allreduce``, ``bcast``, ``reduce``, ``send``, ``recv``,
 ``sendrecv``, the non-blocking ``isend`` / ``irecv`` and their waits (the handles of
 ``zyg/tasks/mpi.py``, into whose slots MPI writes its requests), their reverses and forward
-versions, and ``numba_mpi.rank`` / ``size``.  Code calling any other numba-mpi function
+versions, and ``numba_mpi.rank`` / ``size`` / ``barrier`` / ``wtime``.  Code calling any
+other numba-mpi function
 keeps numba-mpi's calls and is compiled in every process (:func:`pins_process`).
 """
 from __future__ import annotations
@@ -248,7 +249,23 @@ def _build(bits: int) -> Dict[str, Any]:
                                      buffer(context, builder, sig.args[1], args[1])[0]])
         return nt.int32(req, status), codegen
 
+    @intrinsic
+    def c_barrier(typingctx):
+        def codegen(context, builder, sig, args):
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [hty]), "MPI_Barrier")
+            return builder.call(fn, [handle(builder, "comm_world")])
+        return nt.int32(), codegen
+
+    @intrinsic
+    def c_wtime(typingctx):
+        def codegen(context, builder, sig, args):
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.DoubleType(), []),
+                                                "MPI_Wtime")
+            return builder.call(fn, [])
+        return nt.float64(), codegen
+
     return {"c_sendrecv": c_sendrecv, "c_rank": comm_query("MPI_Comm_rank"),
+            "c_barrier": c_barrier, "c_wtime": c_wtime,
             "c_isend": start("MPI_Isend"), "c_irecv": start("MPI_Irecv"), "c_wait": c_wait,
             "c_size": comm_query("MPI_Comm_size"), "c_allreduce": c_allreduce,
             "c_bcast": c_bcast, "c_reduce": c_reduce, "c_send": c_send, "c_recv": c_recv}
@@ -428,6 +445,14 @@ def irecv_tangent2_{tag}(h, like):
     return _data_{tag}(h, a, 1).reshape(a.shape).copy()
 
 
+def barrier_{tag}():
+    return c_barrier()
+
+
+def wtime_{tag}():
+    return c_wtime()
+
+
 def rank_{tag}():
     return c_rank()
 
@@ -463,7 +488,7 @@ def natives(jit, options: str) -> Dict[int, Any]:
                         "send_back", "recv_back", "isend_start", "irecv_start", "isend_wait",
                         "irecv_wait", "isend_start2", "irecv_start2", "isend_wait2", "irecv_wait2",
                         "irecv_tangent2")}
-    for name in ("rank", "size"):
+    for name in ("rank", "size", "barrier", "wtime"):
         f = getattr(numba_mpi, name, None)
         if f is not None:
             got[id(f)] = jit(glob[f"{name}_{tag}"])
