@@ -12,13 +12,15 @@ Two workloads, written as a numba user writes them (``@njit(parallel=True)`` and
   ``k`` components per point, ``prange`` over the ``n`` points; every iteration reads
   all the shared parameters (their cotangents are per-thread rows in the adjoint);
 * **heat**: a 1-D explicit heat stencil on a ring, ``prange`` over the cells inside a
-  time loop, ping-pong buffers; neighbours are read (per-thread rows of the input's
+  time loop, ping-pong buffers; neighbours are read (atomic additions into the input's
   shadow).
 
 For each thread count (``numba.set_num_threads``) it reports the median time of the
 primal (numba, parallel), of zyg's gradient (cpu target: forward and backward loops
 both ``prange``), their ratio, and each one's speed-up over its own 1-thread time.
-Only ratios are reported (the machine is shared).
+Only ratios are reported (the machine is shared); the primal and the gradients run
+alternately.  ``--paths`` also times the run-time path (``ZYG_NATIVE_PRANGE=0``: the loop
+called through Python, zyg's path before session 15) in the same runs.
 """
 from __future__ import annotations
 

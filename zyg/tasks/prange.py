@@ -13,6 +13,16 @@ the winner (the earliest of equal ones; the value before the loop if none beats 
 the reverse gives the cotangent to the winner only.  Other reductions (``*=``) and values
 carried otherwise are refused at the user's line.
 
+In a gradient the loop is a *compiled pair* (:func:`build_pair`; the emitter's side is
+``NativeMixin.native_loop`` in ``pullbacks/native.py``), called from the gradient's own
+code as a recursive function's pair is: ``rp`` pushes the written arrays' contents onto
+the caller's stacks and runs the forward loop in place; ``ra`` restores them and runs the
+backward loop, adding into the caller's shadows.  The read-outs and write-backs that the
+lowering emits after the loop are absorbed into it.  Elsewhere (forward mode, code that
+records no tape, kinds a pair does not take such as complex numbers, and with
+``ZYG_NATIVE_PRANGE=0``) the loop is a function of values called through the run-time
+path (:func:`build`: ``PRunner.forward`` and ``vjp``, copies in and out).
+
 What runs, as compiled code of the target (``parallel=True`` on cpu; serially on the
 python target, the same semantics):
 
