@@ -285,10 +285,8 @@ class NativeMixin:
         absorbed: Dict[int, dict] = {}
         sum_vars: Dict[int, Any] = {}
         for ps in uses.get(z.id, []):
-            k = getattr(getattr(getattr(ps, "expr", None), "fn", None), "fn", None)
-            k = getattr(k, "k", None)
-            if ps is None or id(ps) not in mine or k is None or ps.expr.args[0] is not z or \
-                    ps.var is None or not type(ps.expr.fn).__name__.endswith("Part"):
+            k = st.expr.fn.part_of(ps.expr.fn) if ps is not None else None
+            if k is None or id(ps) not in mine or ps.expr.args[0] is not z or ps.var is None:
                 return None
             if k >= na:
                 sum_vars[k] = ps.var

@@ -690,6 +690,12 @@ class PLoop(CkLoop):
         """The operands the loop writes (for zyg/safety.py): its written arrays."""
         return list(args[3:3 + self.fn.arrays])
 
+    @staticmethod
+    def part_of(fn) -> Optional[int]:
+        """``k`` where ``fn`` reads carried value ``k`` out of a parallel loop's result
+        (``PPart``), else None."""
+        return fn.fn.k if isinstance(fn, PPart) else None
+
     def compiled_pair(self, kinds: List[str], backend) -> Optional[LoopPair]:
         """The loop as a compiled pair for operand kinds ``kinds`` (carried, then read) on
         ``backend`` (``pullbacks/native.py``'s ``native_loop``), or None: the run-time path."""
