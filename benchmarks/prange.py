@@ -19,7 +19,7 @@ For each thread count (``numba.set_num_threads``) it reports the median time of 
 primal (numba, parallel), of zyg's gradient (cpu target: forward and backward loops
 both ``prange``), their ratio, and each one's speed-up over its own 1-thread time.
 Only ratios are reported (the machine is shared); the primal and the gradients run
-alternately.  ``--paths`` also times the run-time path (``ZYG_NATIVE_PRANGE=0``: the loop
+alternately.  ``--paths`` also times the run-time path (``ZYG_NATIVE_LOOPS=0``: the loop
 called through Python, zyg's path before session 15) in the same runs.
 """
 from __future__ import annotations
@@ -88,18 +88,18 @@ def _medians(fns, repeat: int):
 
 
 def _runtime_path_grad(f, argnums, args):
-    """The gradient of a copy of ``f`` built with ``ZYG_NATIVE_PRANGE=0`` (the loop called
+    """The gradient of a copy of ``f`` built with ``ZYG_NATIVE_LOOPS=0`` (the loop called
     through Python as a function of values: zyg's path before the compiled pairs).  The
     variable is read when the gradient is generated, at its first call."""
     import os
     import types
     g = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
-    os.environ["ZYG_NATIVE_PRANGE"] = "0"
+    os.environ["ZYG_NATIVE_LOOPS"] = "0"
     try:
         grad = zyg.grad(g, argnums=argnums, target="cpu")
         grad(*args)
     finally:
-        del os.environ["ZYG_NATIVE_PRANGE"]
+        del os.environ["ZYG_NATIVE_LOOPS"]
     return grad
 
 
@@ -121,7 +121,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--out", default=None)
     ap.add_argument("--paths", action="store_true",
-                    help="also time the run-time path (ZYG_NATIVE_PRANGE=0) in the same runs")
+                    help="also time the run-time path (ZYG_NATIVE_LOOPS=0) in the same runs")
     a = ap.parse_args()
     maxt = numba.config.NUMBA_NUM_THREADS
     threads = [t for t in (a.threads or [1, 2, 4, 8, 16]) if t <= maxt] or [1]

@@ -7,6 +7,7 @@ recomputation).  The binomial schedule is checked to run each step forward at mo
 ``r + 1`` times and to reverse every step exactly once.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -214,17 +215,27 @@ def _beta(c, r):
 
 
 @pytest.mark.parametrize("T,s", [(1, 1), (2, 1), (7, 1), (40, 2), (100, 3), (1000, 5), (1000, 40)])
-def test_schedule_recomputes_within_the_binomial_bound(T, s):
+def test_schedule_recomputes_within_the_binomial_bound(T, s, monkeypatch):
     """The backward pass runs T recorded steps plus recomputations; with c = s - 1 free
     snapshots and r the least integer with C(c + r, r) >= T, no step runs more than r + 1
     times forward in the backward pass (Griewank and Walther), and the gradient is the
-    recorded loop's."""
+    recorded loop's.  The gradient calls the loop's compiled pair; the steps are counted
+    on the run-time path (ZYG_NATIVE_LOOPS=0), which runs the same schedule's code and
+    reports its count to Python."""
     args = (np.array([0.3, -0.6]), 1e-4, 0, T, s)
     g = grad(through_callee, 0, "cpu")(*args)
     ref = grad(through_callee_plain, 0, "cpu")(*args)
     np.testing.assert_allclose(g, ref, rtol=1e-12)
-    runner = _runner(through_callee)
-    steps = runner.last_forward_steps
+    monkeypatch.setenv("ZYG_NATIVE_LOOPS", "0")
+    zyg.reset_caches()
+    try:
+        g0 = zyg.grad(through_callee, argnums=0, target="cpu")(*args)
+        np.testing.assert_allclose(g0, g, rtol=1e-12)
+        runner = _runner(through_callee)
+        steps = runner.last_forward_steps
+    finally:
+        monkeypatch.delenv("ZYG_NATIVE_LOOPS")
+        zyg.reset_caches()
     assert steps >= T, "every step must be run (recorded) once in the backward pass"
     if s == 1:
         assert steps == T * (T + 1) // 2, "one snapshot: step k is recomputed from the start"
@@ -347,3 +358,100 @@ def test_errors_point_at_the_loop(f, cls, msg):
     assert msg in str(e.value)
     assert e.value.filename == __file__
     assert e.value.lineno is not None
+
+
+# -- the loop as a compiled pair (pullbacks/looppairs.py) ---------------------------------
+
+def written_and_read_alias(x, T):
+    a = x.copy()
+    b = a
+    for t in zyg.checkpointed_range(T, snapshots=2):
+        a[0] = a[0] * 0.5 + b[1] * a[1]
+    return np.sum(a * a)
+
+
+def written_and_read_view(x, T):
+    a = x.copy()
+    b = a[1:]
+    for t in zyg.checkpointed_range(T, snapshots=2):
+        a[0] = a[0] * 0.5 + b[0] * a[1]
+    return np.sum(a * a)
+
+
+@pytest.mark.parametrize("f", [written_and_read_alias, written_and_read_view])
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_written_array_read_under_another_name_is_refused(f, target):
+    # the step took them as two operands: its recomputation from a snapshot read the other
+    # name's current contents (a wrong gradient on the run-time path, before this check)
+    with pytest.raises(UnsupportedSyntax, match="the loop writes into 'a' and reads 'b'"):
+        zyg.grad(f, target=target)(np.array([0.3, 0.7]), 4)
+
+
+def mixed_carried(u0, v0, k, T, s):
+    """An array written in place, an array rebound, and a number, carried together."""
+    u = u0.copy()
+    v = v0
+    e = 0.0
+    for t in zyg.checkpointed_range(T, snapshots=s):
+        for i in range(u.shape[0]):
+            u[i] = u[i] + k * v[i]
+        v = v * 0.9 - 0.1 * u
+        e = e + np.sum(u * v)
+    return e + np.sum(u * u)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_pair_equals_the_run_time_path(target, monkeypatch):
+    """The gradient calls the loop's compiled pair; ZYG_NATIVE_LOOPS=0 calls the loop
+    through Python as a function of values: equal on every case and on carried values of
+    every sort (in place, rebound, numbers), and equal to finite differences."""
+    rng = np.random.default_rng(4)
+    cases = [(f, make(7, 3), argnums) for f, _, make, argnums in CASES.values()]
+    cases.append((mixed_carried, (rng.normal(size=4), rng.normal(size=4), 0.3, 6, 2), (0, 1, 2)))
+    pair = [zyg.grad(f, argnums=a, target=target)(*args) for f, args, a in cases]
+    f, args, argnums = cases[-1]
+    for k, i in enumerate(argnums):
+        np.testing.assert_allclose(pair[-1][k], fd_array(f, args, i), rtol=1e-5, atol=1e-7)
+    monkeypatch.setenv("ZYG_NATIVE_LOOPS", "0")
+    zyg.reset_caches()
+    try:
+        for (f, args, a), want in zip(cases, pair):
+            got = zyg.grad(f, argnums=a, target=target)(*args)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14, err_msg=f.__name__)
+    finally:
+        monkeypatch.delenv("ZYG_NATIVE_LOOPS")
+        zyg.reset_caches()
+
+
+def test_a_second_process_loads_it_from_the_disk_cache(tmp_path):
+    """A checkpointed loop's gradient used to be compiled again in every process (its loop
+    was called through Python); its pair is cached with it: the second process compiles
+    nothing."""
+    import subprocess
+    import sys
+    script = tmp_path / "ode_script.py"
+    script.write_text(
+        "import sys, numba, numpy as np, zyg\n"
+        "def ode(y0, k):\n"
+        "    y = y0.copy()\n"
+        "    for t in zyg.checkpointed_range(50, snapshots=4):\n"
+        "        y = y + 0.01 * (-k * y * y + np.sin(y))\n"
+        "    return np.sum(y)\n"
+        "g = zyg.grad(ode, argnums=(0, 1))(np.linspace(0.1, 1.0, 5), 0.3)\n"
+        "hits = misses = 0\n"
+        "for m in [m for k, m in list(sys.modules.items()) if k.startswith('zyg_gen_cpu_ode')]:\n"
+        "    for d in vars(m).values():\n"
+        "        if isinstance(d, numba.core.dispatcher.Dispatcher):\n"
+        "            hits += sum(d.stats.cache_hits.values())\n"
+        "            misses += sum(d.stats.cache_misses.values())\n"
+        "print(repr(g[0].tolist()), repr(g[1]), hits, misses)\n")
+    env = dict(os.environ, ZYG_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                           timeout=600) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    first, second = (r.stdout.split() for r in runs)
+    assert first[:-2] == second[:-2]
+    assert int(first[-1]) >= 1, runs[0].stdout
+    assert int(second[-1]) == 0 and int(second[-2]) >= 1, runs[1].stdout

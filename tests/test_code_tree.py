@@ -19,6 +19,7 @@ import math
 import re
 import types
 
+import numba
 import numpy as np
 import pytest
 
@@ -364,8 +365,21 @@ def expected_grads(f, args, argnums):
             for i in argnums]
 
 
+def parallel_stencil(u, c):
+    """A prange loop in a time loop: the gradient loads the loop's compiled pair."""
+    n = u.shape[0]
+    a = u.copy()
+    b = np.empty(n)
+    for t in range(3):
+        for i in numba.prange(n):
+            b[i] = a[i] + c * (a[(i + 1) % n] - a[i])
+        a, b = b, a
+    return np.sum(a * a)
+
+
 GRAD_CASES = [c for c in CASES if c[0] in (loop_branch, while_break, nested_arrays, fancy,
-                                           checkpointed, power)]
+                                           checkpointed, power)] + \
+    [(parallel_stencil, (RNG.uniform(-1, 1, 6), 0.3), (0, 1))]
 
 
 @pytest.mark.parametrize("f,args,argnums", GRAD_CASES, ids=[c[0].__name__ for c in GRAD_CASES])

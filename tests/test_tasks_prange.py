@@ -111,10 +111,10 @@ def test_the_loops_are_compiled_parallel(tmp_path, monkeypatch):
 
 
 def test_the_run_time_path_loops_are_compiled_parallel(monkeypatch):
-    """ZYG_NATIVE_PRANGE=0: the loop called through Python, as a function of values (the
+    """ZYG_NATIVE_LOOPS=0: the loop called through Python, as a function of values (the
     path kept for kinds the pair does not take), with the same gradient."""
     from zyg.tasks import prange as P
-    monkeypatch.setenv("ZYG_NATIVE_PRANGE", "0")
+    monkeypatch.setenv("ZYG_NATIVE_LOOPS", "0")
     zyg.reset_caches()
     try:
         for name in ("gmm_like", "shared_read"):
@@ -130,7 +130,7 @@ def test_the_run_time_path_loops_are_compiled_parallel(monkeypatch):
                 seen += _parallel_loops_checked([(r, c)])
         assert seen >= 4
     finally:
-        monkeypatch.delenv("ZYG_NATIVE_PRANGE")
+        monkeypatch.delenv("ZYG_NATIVE_LOOPS")
         zyg.reset_caches()
 
 
@@ -142,18 +142,18 @@ def _grads_now(name, target):
 @pytest.mark.parametrize("target", ["python", "cpu"])
 def test_the_pair_equals_the_run_time_path(target, monkeypatch):
     """The gradient calls the loop's compiled pair (no Python between its steps); with
-    ZYG_NATIVE_PRANGE=0 it calls the loop through Python as a function of values: the
+    ZYG_NATIVE_LOOPS=0 it calls the loop through Python as a function of values: the
     two agree to rounding on every case."""
     names = sorted(CASES) if target == "python" else CPU
     native = {nm: grad_of(nm, target)(*CASES[nm][1]) for nm in names}
-    monkeypatch.setenv("ZYG_NATIVE_PRANGE", "0")
+    monkeypatch.setenv("ZYG_NATIVE_LOOPS", "0")
     zyg.reset_caches()
     try:
         for nm in names:
             for a, b in zip(_grads_now(nm, target), native[nm]):
                 np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13, err_msg=nm)
     finally:
-        monkeypatch.delenv("ZYG_NATIVE_PRANGE")
+        monkeypatch.delenv("ZYG_NATIVE_LOOPS")
         zyg.reset_caches()
 
 
@@ -311,6 +311,15 @@ def stepped(x):
     return s
 
 
+def aliased(x):
+    n = x.shape[0]
+    y = np.zeros(n)
+    z = y
+    for i in prange(n):
+        y[i] = z[(i + 1) % n] + x[i]
+    return np.sum(y)
+
+
 def second_order(x):
     s = 0.0
     for i in prange(x.shape[0]):
@@ -331,6 +340,7 @@ def _line_of(f, text):
     (not_a_sum, "p *= x[i]", "not a sum, min or max reduction"),
     (last_value, "v = x[i] * 2.0", "read after it"),
     (stepped, "prange(0, x.shape[0], 2)", "prange(start, stop)"),
+    (aliased, "for i in prange(n):", "writes into 'y' and reads 'z', the same array"),
 ])
 def test_refused_at_the_line(f, text, words):
     with pytest.raises(zyg.UnsupportedSyntax) as e:

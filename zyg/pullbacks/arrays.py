@@ -257,7 +257,8 @@ class ArrayMixin:
             if pair is not None:
                 return self.prepare_native(blk, st, info, pair)
         if hasattr(fn, "compiled_pair"):
-            pair = self.native_loop(blk, st)        # a parallel loop (zyg/tasks/prange.py)
+            self.check_loop_aliases(st)
+            pair = self.native_loop(blk, st)        # a loop as a compiled pair (looppairs.py)
             if pair is not None:
                 info["ploop"] = True
                 return self.prepare_native(blk, st, info, pair)
@@ -488,6 +489,30 @@ class ArrayMixin:
             from .fancy import mask_set_src
             return mask_set_src(base_txt, ops_txt[0], val, val_is_array)
         return f"{base_txt}[{self.index_text(spec, base, ops, ops_txt)}] = {val}"
+
+    def check_loop_aliases(self, st: Stmt) -> None:
+        """A checkpointed or parallel loop whose body writes an array it also reads under
+        another name (``b = a`` before the loop, or a view of it) is refused: the loop's
+        step takes the written arrays and the read ones as separate operands, and its
+        recomputation from a snapshot would read the other name's current contents."""
+        e = st.expr
+        n = e.fn.fn.n
+        carried, free = e.args[3:3 + n], e.args[3 + n:]
+        names = e.fn.fn.names
+
+        def root(a):
+            while isinstance(a, Var) and self.is_view(a):
+                a = self.al.view_of[a.id].expr.args[0]
+            return a.id if isinstance(a, Var) else None
+        for i, c in enumerate(carried):
+            if not self.mutable(c):
+                continue        # rebound by the body, never written: a value
+            for j, f in enumerate(free):
+                if self.is_arr(c) and self.is_arr(f) and root(c) is not None and root(c) == root(f):
+                    raise self.err(st, f"the loop writes into {names[i]!r} and reads {names[n + j]!r}, "
+                                       "the same array or a view of it",
+                                   hint=f"read {names[i]!r} itself in the loop body, or copy "
+                                        f"{names[n + j]!r} before the loop", cls=UnsupportedSyntax)
 
     def check_fancy(self, st: Stmt, spec, ops) -> None:
         kinds = self.fancy_kinds(spec, ops)
@@ -952,7 +977,7 @@ class ArrayMixin:
         if info["kind"] in ("native", "native_plain") and record:
             return self.primal_native(blk, st, info, ind, code)
         if info["kind"] in ("absorbed", "ppart") and record:
-            return self.primal_absorbed(st, info, ind, code)
+            return self.primal_absorbed(blk, st, info, ind, code)
         if "restore" in info and record:
             # the previous iteration's contents of an array that is allocated again
             self.push_now(info["restore"], var_name(st.var), self.kind(st.var), ind, code)

@@ -21,7 +21,7 @@ and target, and the schedule interpreter is generated code compiled with it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch
 from ..rules.higher import Checkpointed, checkpointed_range
 from ..ssa import hooks
+from . import looppairs
+from .tape import grow
 from .forward import Forward
 from .recursion import _python_call, call_helper
 from .transform import emit_split, plan
@@ -152,12 +154,30 @@ def _ck_split(l, c):
 def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     """Compile the loop with step function ``step`` (``n`` carried values) for operands of
     these kinds (the carried values, then the values the body only reads)."""
+    backend = backends.get(target)
+    src, glob, diff_free, rec = _loop_source(step, n, kinds, backend)
+    name = f"<zyg checkpointed loop {_ident(ssa_of(step).name)}>"
+    exec(compile(src, name, "exec"), glob)
+    fwd, bwd = glob["_ck_fwd"], glob["_ck_bwd"]
+    for h in ("_ck_beta", "_ck_split"):
+        glob[h] = backend.jit(glob[h])
+    fwd, bwd = backend.jit(fwd), backend.jit(bwd)
+    out = _Compiled(fwd, bwd, diff_free, kinds)
+    out.source = src
+    out.rec = rec
+    return out
+
+
+def _loop_source(step: Any, n: int, kinds: List[str], backend):
+    """The source of ``_ck_fwd(T, t0, *carried, *read) -> packed final carried values`` and
+    ``_ck_bwd(T, t0, s, *carried, *read, dz) -> (*cotangents of carried, *of the
+    differentiable read values, forward steps run)``, the globals it needs (the step's
+    compiled parts), the read values' differentiable positions and the recorded step."""
     ir = ssa_of(step)
     _no_hidden(ir, step)
     skinds = ["int"] + list(kinds)
     m = len(kinds) - n
     stem = _ident(ir.name)
-    backend = backends.get(target)
     # the plain step (nothing differentiated: its tape is empty but for control flow)
     p0 = plan(ir, skinds, [], backend)
     c0, ns0, _, _ = emit_split(p0, stem + "_run")
@@ -256,16 +276,7 @@ def build(step: Any, n: int, kinds: List[str], target: str) -> _Compiled:
     lines.append(f"    return {_tuple(ds + gs + ['_nfw'])}")
     src = _SCHEDULE + "\n\n" + "\n".join(lines) + "\n"
     glob = {"np": np, "_ck_run": run, "_ck_rec": rec, "_ck_adj": adj}
-    name = f"<zyg checkpointed loop {stem}>"
-    exec(compile(src, name, "exec"), glob)
-    fwd, bwd = glob["_ck_fwd"], glob["_ck_bwd"]
-    for h in ("_ck_beta", "_ck_split"):
-        glob[h] = backend.jit(glob[h])
-    fwd, bwd = backend.jit(fwd), backend.jit(bwd)
-    out = _Compiled(fwd, bwd, diff_free, kinds)
-    out.source = src
-    out.rec = rec
-    return out
+    return src, glob, diff_free, rec
 
 
 def build_tangent(step: Any, n: int, kinds: List[str], target: str):
@@ -307,6 +318,108 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     return f
 
 
+# -- the loop as a compiled pair (looppairs.py) ------------------------------------------------
+
+def pair_possible(kinds: List[str], n: int) -> bool:
+    """Carried numbers and float arrays; read numbers (not complex) and arrays of any
+    dimension but none."""
+    for k in kinds[n:]:
+        if not is_array(k) and k not in ("float", "int", "bool"):
+            return False
+        if is_array(k) and array_dtype(k) not in ("float64", "float32", "int64", "int32", "bool",
+                                                   "uint8", "int8", "int16"):
+            return False
+    return not looppairs.any_ndim(kinds)
+
+
+def build_pair(runner: "LoopRunner", kinds: List[str], inplace: Tuple[bool, ...], backend) \
+        -> looppairs.LoopPair:
+    """``rp``/``ra`` (``looppairs.py``) around ``_ck_fwd``/``_ck_bwd``: the in-place arrays
+    (written back after the loop) are stepped in place and restored by ``ra`` before the
+    checkpointed reverse; the other carried values are the values."""
+    n = runner.n
+    norm = ["float" if k == "int" else k for k in kinds[:n]] + list(kinds[n:])   # _norm
+    src, glob, diff_free, _ = _loop_source(runner.step, n, norm, backend)
+    ck = norm[:n]
+    m = len(kinds) - n
+    cn = [f"c{i}" for i in range(n)]
+    fn_ = [f"f{j}" for j in range(m)]
+    values = [k for k in range(n) if not inplace[k]]
+    scalar_diff, array_diff = looppairs.positions(kinds)
+    stem = _ident(ssa_of(runner.step).name) + "_ck"
+    stacks = looppairs.stack_params()
+    ops_all = ["T", "t0", "s"] + cn + fn_
+    sh = {q - 3: f"sh{q - 3}" for q in array_diff}
+    dv = [f"dv{k}" for k in values]
+    step_args = ", ".join(["t0 + _k"] + cn + fn_)
+    lines: List[str] = ["", ""]
+    # -- the forward steps, in place for the in-place arrays; the values packed
+    lines.append(f"def {stem}_fwd(T, t0, {', '.join(cn + fn_)}):")
+    for k in values:
+        if is_array(ck[k]):
+            lines.append(f"    c{k} = c{k}.copy()")
+    lines.append("    for _k in range(T):")
+    lines.append(f"        _r, _tp = _ck_run({step_args})")
+    lines.append(f"        {', '.join(cn)}{',' if n == 1 else ''} = {'(_r,)' if n == 1 else '_r'}")
+    if values:
+        _pack_src(lines, [ck[k] for k in values], [cn[k] for k in values], "_z", "    ")
+    else:
+        lines.append("    _z = np.empty(0)")
+    lines.append("    return _z")
+    lines.append("")
+    lines.append(f"def {stem}_rp({', '.join(ops_all)}, _lim, {', '.join(stacks)}):")
+    for k in range(n):
+        if kinds[k] == "int":
+            lines.append(f"    c{k} = float(c{k})")
+    ipa = [k for k in range(n) if inplace[k]]
+    looppairs.save_arrays(lines, [ck[k] for k in ipa], [cn[k] for k in ipa], "range")
+    lines.append(f"    _z = {stem}_fwd(T, t0, {', '.join(cn + fn_)})")
+    lines.append(f"    return (_z, {', '.join(stacks)})")
+    lines.append("")
+    lines.append(f"def {stem}_ra({', '.join(ops_all + list(sh.values()) + dv)}, _lim, {', '.join(stacks)}):")
+    lines.append("    if s < 1:")
+    lines.append("        raise ValueError('checkpointed_range: snapshots must be at least 1')")
+    for k in range(n):
+        if kinds[k] == "int":
+            lines.append(f"    c{k} = float(c{k})")
+    looppairs.restore_arrays(lines, [ck[k] for k in ipa], [cn[k] for k in ipa], "range")
+    # the cotangents of the final carried values, packed as _ck_bwd takes them
+    size = " + ".join(f"c{k}.size" if is_array(ck[k]) else "1" for k in range(n))
+    lines.append(f"    _dz = np.zeros({size})")
+    lines.append("    _o = 0")
+    for k in range(n):
+        if is_array(ck[k]):
+            got = sh.get(k) if inplace[k] else f"dv{k}"
+            if got is not None:
+                lines.append(f"    _dz[_o:_o + c{k}.size] = np.ascontiguousarray({got}).reshape(c{k}.size)")
+            lines.append(f"    _o += c{k}.size")
+        else:
+            if not inplace[k]:
+                lines.append(f"    _dz[_o] = dv{k}")
+            lines.append("    _o += 1")
+    lines.append(f"    _res = _ck_bwd(T, t0, s, {', '.join(cn + fn_)}, _dz)")
+    outs = []
+    for k in range(n):
+        if k in sh:
+            lines.append(f"    {sh[k]}[...] = _res[{k}]" if inplace[k] else f"    {sh[k]} += _res[{k}]")
+        elif 3 + k in scalar_diff:
+            outs.append(f"_res[{k}]")
+    for idx, j in enumerate(diff_free):
+        if n + j in sh:
+            lines.append(f"    {sh[n + j]} += _res[{n + idx}]")
+        elif 3 + n + j in scalar_diff:
+            outs.append(f"_res[{n + idx}]")
+    assert len(outs) == len(scalar_diff), (outs, scalar_diff)
+    lines.append(f"    return {_tuple(outs + looppairs.tops())}")
+    text = src + "\n".join(lines) + "\n"
+    code = looppairs.typed_code(text)
+    glob.update({"_pl_grow": backend.helper(grow)})
+    names = ["_ck_beta", "_ck_split", "_ck_fwd", "_ck_bwd", stem + "_fwd", stem + "_rp", stem + "_ra"]
+    loaded, _, _ = backend.load(code, glob, names, stem)
+    return looppairs.LoopPair(loaded[5], loaded[6], scalar_diff, array_diff, values, loaded[4],
+                              loaded[3], text)
+
+
 class LoopRunner:
     """The run-time side of one checkpointed loop: its step function, compiled per kinds."""
     _zyg_runner = True
@@ -318,6 +431,7 @@ class LoopRunner:
         self.loc = loc
         self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
         self.tangents: Dict[Tuple[Tuple[str, ...], str], Any] = {}
+        self.pairs: Dict[Any, Optional[looppairs.LoopPair]] = {}
         self.helpers: Dict[Any, Any] = {}       # compiled calls from forward-mode code
         self.__name__ = f"checkpointed_loop_{getattr(step, '__name__', 'step')}"
         self.last_forward_steps = 0     # steps run by the last backward pass (a measurement)
@@ -326,6 +440,19 @@ class LoopRunner:
         # integer carried values are carried as floats (acc = 0 ... acc += x)
         return [float(v) if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
                 else v for v in vals]
+
+    def pair(self, kinds: List[str], inplace: Tuple[bool, ...], backend) -> Optional[looppairs.LoopPair]:
+        """The loop as a compiled pair (``looppairs.py``), or None where its kinds rule one
+        out (the run-time path)."""
+        if not pair_possible(list(kinds), self.n):
+            return None
+        check_kinds(list(kinds[:self.n]), list(kinds[self.n:]), self.names, self.loc)
+        from ..caches import BUILD_LOCK
+        key = (tuple(kinds), tuple(inplace), backend.key())
+        with BUILD_LOCK:
+            if key not in self.pairs:
+                self.pairs[key] = build_pair(self, list(kinds), tuple(inplace), backend)
+        return self.pairs[key]
 
     def compiled(self, target: str, vals) -> _Compiled:
         kinds = _kinds_of(vals)
@@ -475,6 +602,15 @@ class CkLoop(Checkpointed):
     def written_operands(self, args) -> list:
         """The operands the loop may write (for zyg/safety.py): its carried arrays."""
         return list(args[3:3 + self.fn.n])
+
+    @staticmethod
+    def part_of(fn) -> Optional[int]:
+        """``k`` where ``fn`` reads carried value ``k`` out of the loop's result."""
+        return fn.fn.k if type(fn) is CkPart else None
+
+    def compiled_pair(self, kinds: List[str], backend, inplace) -> Optional[looppairs.LoopPair]:
+        """The loop as a compiled pair (``pullbacks/native.py``'s ``native_loop``), or None."""
+        return self.fn.pair(kinds, tuple(inplace), backend)
 
     def _zyg_kind(self, kinds):
         r = self.fn

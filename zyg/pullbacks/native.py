@@ -250,23 +250,25 @@ class NativeMixin:
             self.accumulate(e.args[i], f"{out}[{j}]", 0, local, ind, code, st.loc, self.cplx(st))
         self.consume(st.var, loop, ind, code)
 
-    # -- parallel loops (zyg/tasks/prange.py) as compiled pairs ----------------------------
+    # -- loops (checkpointed_range, prange) as compiled pairs (looppairs.py) ---------------
     def native_loop(self, blk, st) -> Optional[Pair]:
-        """A parallel loop ``z = PLoop(T, t0, s, *carried, *read)``, its read-outs
-        ``v = PPart(k)(z, ...)`` and the write-backs ``carried[:] = v`` that follow it in
-        ``blk`` (the lowering's shape, ``Lowerer.parallel_loop``), as one call of the loop's
-        compiled pair: it writes the carried arrays in place, pushing their contents onto
-        the caller's stacks (its adjoint restores them and adds into the caller's shadows),
-        and returns the reductions packed.  The read-outs and write-backs are absorbed
-        (``astmts`` kinds ``absorbed`` and ``ppart``).  None where the loop keeps the
-        run-time path (a bounded tape, kinds the pair does not take, another shape)."""
+        """A loop ``z = Loop(T, t0, s, *carried, *read)``, its read-outs ``v = Part(k)(z,
+        ...)`` and the write-backs ``carried[:] = v`` that follow it in ``blk`` (the
+        lowering's shape), as one call of the loop's compiled pair (``looppairs.py``): a
+        carried array written back is updated in place by the pair, which pushes its
+        contents onto the caller's stacks (its adjoint restores them and adds into the
+        caller's shadows); the other carried values come back packed and are read out of
+        ``z``.  The read-outs and write-backs are absorbed (``astmts`` kinds ``absorbed``
+        and ``ppart``).  None where the loop keeps the run-time path (a bounded tape, kinds
+        the pair does not take, another shape)."""
         from ..ssa.ir import Const, Var
         from ..ssa.prims import SetItem
-        e, z, runner = st.expr, st.var, st.expr.fn.fn
+        e, z, loopfn = st.expr, st.var, st.expr.fn
+        runner = loopfn.fn
         if not loops_enabled() or getattr(self.p.backend, "bounded_tape", False) or z is None \
                 or e.kwargs or len(e.args) != 3 + len(runner.names):
             return None
-        n, na = runner.n, runner.arrays
+        n = runner.n
         carried = e.args[3:3 + n]
         uses: Dict[int, list] = {}
         for b in self.fn.iter_blocks():
@@ -282,73 +284,93 @@ class NativeMixin:
                 if isinstance(a, Var):
                     uses.setdefault(a.id, []).append(None)
         mine = {id(s2) for s2 in blk.stmts}
-        absorbed: Dict[int, dict] = {}
-        sum_vars: Dict[int, Any] = {}
+        parts: Dict[int, Any] = {}
+        writes: Dict[int, Any] = {}
         for ps in uses.get(z.id, []):
-            k = st.expr.fn.part_of(ps.expr.fn) if ps is not None else None
-            if k is None or id(ps) not in mine or ps.expr.args[0] is not z or ps.var is None:
+            k = loopfn.part_of(ps.expr.fn) if ps is not None else None
+            if k is None or k in parts or id(ps) not in mine or ps.expr.args[0] is not z or ps.var is None:
                 return None
-            if k >= na:
-                sum_vars[k] = ps.var
-                absorbed[id(ps)] = {"kind": "ppart", "z": z, "j": k - na,
-                                    "int": self.kind(ps.var) == "int"}
-                continue
+            parts[k] = ps
             back = uses.get(ps.var.id, [])
-            if len(back) != 1 or back[0] is None or id(back[0]) not in mine:
-                return None
-            w = back[0].expr
-            if not isinstance(w.fn, SetItem) or w.fn.spec != ("s",) or len(w.args) != 5 or \
-                    not isinstance(w.args[0], Var) or not isinstance(carried[k], Var) or \
-                    w.args[0].id != carried[k].id or w.args[4] is not ps.var or \
-                    not all(isinstance(a, Const) and a.value is None for a in w.args[1:4]):
-                return None
-            absorbed[id(ps)] = {"kind": "absorbed"}
-            absorbed[id(back[0])] = {"kind": "absorbed"}
-        if sum(1 for v in absorbed.values() if v["kind"] == "absorbed") != 2 * na:
+            w = back[0].expr if len(back) == 1 and back[0] is not None else None
+            if w is not None and id(back[0]) in mine and isinstance(w.fn, SetItem) and \
+                    w.fn.spec == ("s",) and len(w.args) == 5 and isinstance(w.args[0], Var) and \
+                    isinstance(carried[k], Var) and w.args[0].id == carried[k].id and \
+                    w.args[4] is ps.var and all(isinstance(a, Const) and a.value is None
+                                                 for a in w.args[1:4]):
+                writes[k] = back[0]
+        if sorted(parts) != list(range(n)):
             return None
+        inplace = tuple(k in writes for k in range(n))
         kinds = [self.kind(a) for a in e.args]
-        built = st.expr.fn.compiled_pair(kinds[3:], self.p.backend)
+        built = loopfn.compiled_pair(kinds[3:], self.p.backend, inplace)
         if built is None:
             return None
-        self.__dict__.setdefault("_absorbed", {}).update(absorbed)
-        for sid in absorbed:        # values never made: no shadow buffers
-            v = next(s2.var for s2 in blk.stmts if id(s2) == sid)
-            if v is not None and absorbed[sid]["kind"] == "absorbed":
-                self.shadow_roots.pop(v.id, None)
+        absorbed: Dict[int, dict] = {}
+        offset: List[str] = []          # the packed values before the next one
+        for k in built.values:
+            ps = parts[k]
+            c = carried[k]
+            info = {"kind": "ppart", "z": z, "at": " + ".join(offset) or "0",
+                    "out": self.kind(ps.var), "like": c}
+            absorbed[id(ps)] = info
+            offset.append(f"{self.src(c)}.size" if self.is_arr(c) else "1")
+        for k in writes:
+            absorbed[id(parts[k])] = {"kind": "absorbed"}
+            absorbed[id(writes[k])] = {"kind": "absorbed"}
+            self.shadow_roots.pop(parts[k].var.id, None)    # values never made
         self.shadow_roots.pop(z.id, None)
-        self.__dict__.setdefault("_ploops", {})[id(st)] = [sum_vars.get(k) for k in built.sums]
+        self.__dict__.setdefault("_absorbed", {}).update(absorbed)
+        self.__dict__.setdefault("_ploops", {})[id(st)] = [(k, parts[k].var) for k in built.values]
         return Pair(self.ns.ref(built.rp, built.rp.__name__), self.ns.ref(built.ra, built.ra.__name__),
-                    built.scalar_diff, built.array_diff, na > 0)
+                    built.scalar_diff, built.array_diff, bool(writes))
 
-    def primal_absorbed(self, st, info: dict, ind: int, code: Code) -> None:
-        """A parallel loop's read-out of reduction ``j`` from the pair's packed result (a
-        write-back absorbed into the pair emits nothing)."""
-        if info["kind"] == "ppart":
-            v = f"{var_name(info['z'])}[{info['j']}]"
-            code.add(ind, f"{var_name(st.var)} = {'int(round(' + v + '))' if info['int'] else v}", st.loc)
+    def primal_absorbed(self, blk, st, info: dict, ind: int, code: Code) -> None:
+        """A loop's read-out of a value from the pair's packed result (a write-back absorbed
+        into the pair emits nothing); an array gets its shadow as any new array does."""
+        if info["kind"] != "ppart":
+            return
+        z, at, out, like = var_name(info["z"]), info["at"], info["out"], info["like"]
+        if is_array(out):
+            from ..ssa.analysis import array_dtype
+            lk = self.src(like)
+            text = f"{z}[{at}:{at} + {lk}.size].astype(np.{array_dtype(out)}).reshape({lk}.shape)"
+        elif out == "int":
+            text = f"int(round({z}[{at}]))"
+        else:
+            text = f"{z}[{at}]"
+        code.add(ind, f"{var_name(st.var)} = {text}", st.loc)
+        if st.var.id in self.shadow_roots:
+            self.alloc_shadow(st.var, ind, code, self.in_loop(blk.id), st.loc)
 
     def adjoint_ploop(self, st, info: dict, local: Dict[str, str], ind: int, code: Code,
                       loop: bool) -> None:
-        """``ra(*operands, *shadows, dsums, <stacks>)``: restores the carried arrays, adds into
-        the shadows of the float arrays, returns the cotangents of the float numbers."""
+        """``ra(*operands, *shadows, *dvalues, <stacks>)``: restores the in-place arrays,
+        adds into the shadows of the float arrays, returns the cotangents of the float
+        numbers; the values' cotangents are given one by one."""
         e = st.expr
         pair = info["pair"]
         x = [self.native_arg(a, self.operand_value(a, local)) for a in e.args]
         shadows = [self.native_arg(e.args[i], self.shadow(e.args[i], local) if self.is_active(e.args[i])
                                    else f"np.zeros_like({x[i]})") for i in pair.array_diff]
-        sums = self._ploops[id(st)]
-        ds = [self.dname(v) if v is not None and self.is_active(v) else "0.0" for v in sums]
-        dz = f"np.array([{', '.join(ds)}], np.float64)" if ds else "np.zeros(0)"
+        values = self._ploops[id(st)]
+        dv = []
+        for k, v in values:
+            if self.is_arr(v):
+                dv.append(self.native_arg(v, self.shadow(v, local)) if self.is_active(v)
+                          else f"np.zeros_like({x[3 + k]})")
+            else:
+                dv.append(f"np.float64({self.dname(v)})" if self.is_active(v) else "np.float64(0.0)")
         out = f"_g{self.new_tmp()}"
-        code.put(ind, NestedTape(out, pair.ra, tuple(x + shadows + [dz, self.native_limit()]), STACKS,
+        code.put(ind, NestedTape(out, pair.ra, tuple(x + shadows + dv + [self.native_limit()]), STACKS,
                                  len(pair.scalar_diff), True), st.loc)
         for j, i in enumerate(pair.scalar_diff):
             self.accumulate(e.args[i], f"{out}[{j}]", 0, local, ind, code, st.loc)
-        for v in sums:
-            if v is not None and self.is_active(v):
+        for _, v in values:
+            if self.is_active(v):
                 self.consume(v, loop, ind, code)
 
 
 def loops_enabled() -> bool:
-    """Parallel loops as compiled pairs (``ZYG_NATIVE_PRANGE=0``: the run-time path)."""
-    return os.environ.get("ZYG_NATIVE_PRANGE", "1") != "0"
+    """Parallel loops as compiled pairs (``ZYG_NATIVE_LOOPS=0``: the run-time path)."""
+    return os.environ.get("ZYG_NATIVE_LOOPS", "1") != "0"

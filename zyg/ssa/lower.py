@@ -1042,6 +1042,7 @@ class Lowerer:
                                            "give it a value before the loop")
             c_ops.append(v)
         f_names, f_ops = self._free_operands(st, free, "checkpointed loop")
+        self._no_shared_operands(st, carried, c_ops, f_names, f_ops, scan.mutated)
         step = self._step_function(st, t, carried, f_names)
         loop = prims.loop(step, len(carried), carried + f_names, self.src.loc(st))
         z = self.emit(loop, [T, start, snaps] + c_ops + f_ops, st, "ckpt")
@@ -1120,6 +1121,7 @@ class Lowerer:
                                            "before the loop")
             c_ops.append(v)
         f_names, f_ops = self._free_operands(st, free, what)
+        self._no_shared_operands(st, carried, c_ops, f_names, f_ops, set(arrays))
         step = self._step_function(st, t, carried, f_names, kind="prange_step")
         # which written arrays are read at elements other than the ones the same iteration
         # writes (their adjoint adds into shared elements: it runs serially)
@@ -1141,6 +1143,18 @@ class Lowerer:
                 self.blocks[self.cur].stmts.append(
                     Stmt(None, Call(SetItem(("s",)), [base, Const(None), Const(None), Const(None), v]),
                          self.src.loc(st)))
+
+    def _no_shared_operands(self, st, carried, c_ops, f_names, f_ops, written) -> None:
+        """A loop body that writes a variable and reads another name bound to the same value
+        (``b = a`` before the loop) would see the two as separate operands of its step (the
+        reverse emitter also refuses views of a written array read under another name)."""
+        for n, c in zip(carried, c_ops):
+            for m, f in zip(f_names, f_ops):
+                if n in written and isinstance(c, Var) and isinstance(f, Var) and c.id == f.id:
+                    raise self.unsupported(st, f"the loop writes into {n!r} and reads {m!r}, the "
+                                               "same array",
+                                           f"read {n!r} itself in the loop body, or copy {m!r} "
+                                           "before the loop")
 
     def _free_operands(self, st, free: List[str], what: str) -> Tuple[List[str], List[Operand]]:
         """The names a loop body only reads, and their values here (a step's free operands)."""

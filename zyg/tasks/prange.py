@@ -20,7 +20,7 @@ the caller's stacks and runs the forward loop in place; ``ra`` restores them and
 backward loop, adding into the caller's shadows.  The read-outs and write-backs that the
 lowering emits after the loop are absorbed into it.  Elsewhere (forward mode, code that
 records no tape, kinds a pair does not take such as complex numbers, and with
-``ZYG_NATIVE_PRANGE=0``) the loop is a function of values called through the run-time
+``ZYG_NATIVE_LOOPS=0``) the loop is a function of values called through the run-time
 path (:func:`build`: ``PRunner.forward`` and ``vjp``, copies in and out).
 
 What runs, as compiled code of the target (``parallel=True`` on cpu; serially on the
@@ -55,7 +55,6 @@ python target, the same semantics):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numba
@@ -70,10 +69,9 @@ from ..pullbacks.ckloop import PACKED_KIND, CkLoop, CkPart, PartRunner, _no_hidd
 from ..pullbacks.forward import Forward
 from ..pullbacks.transform import emit_split, emit_step, plan
 from ..ssa import hooks
-from ..pullbacks.native import STACKS
+from ..pullbacks import looppairs
 from ..pullbacks.tape import grow
-from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is_tuple
-from ..ssa.emit import Code
+from ..ssa.analysis import array_dtype, differentiable, is_array, is_tuple
 
 _ARRAY_DTYPES = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
 
@@ -396,64 +394,20 @@ def pair_possible(kinds: List[str], n: int, na: int) -> bool:
                 return False
         elif k not in ("float", "int", "bool"):
             return False
-    return all(is_array(k) for k in kinds[:na])
+    return all(is_array(k) for k in kinds[:na]) and not looppairs.any_ndim(kinds)
 
 
-def _stack_of(k: str) -> str:
-    return "f" if array_dtype(k) in ("float64", "float32") else "i"
-
-
-def _copy_loops(lines: List[str], k: str, arr: str, buf: str, top: str, save: bool) -> None:
-    """A parallel copy of array ``arr``'s elements (C order) to ``buf[top:]`` (``save``) or
-    back: one pass, any layout, split over the first axis."""
-    nd = array_ndim(k)
-    idx = [f"_j{d}" for d in range(nd)]
-    lines.append(f"    if {arr}.size > 0:")
-    ind = "        "
-    flat = top
-    for d in range(nd):
-        lines.append(f"{ind}for _j{d} in {'_pl_prange' if d == 0 else 'range'}({arr}.shape[{d}]):")
-        ind += "    "
-    for d in range(nd):
-        stride = " * ".join(f"{arr}.shape[{e}]" for e in range(d + 1, nd)) or "1"
-        flat += f" + _j{d} * {stride}"
-    el = f"{arr}[{', '.join(idx)}]"
-    if save:
-        lines.append(f"{ind}{buf}[{flat}] = {el}")
-    elif array_dtype(k) == "bool":
-        lines.append(f"{ind}{el} = {buf}[{flat}] != 0")
-    else:
-        lines.append(f"{ind}{el} = {buf}[{flat}]")
-
-
-@dataclass
-class LoopPair:
-    """A parallel loop compiled as a pair: ``rp(T, t0, s, *carried, *read, _lim, <stacks>)
-    -> (sums, <stacks>)`` writes the carried arrays in place (after pushing their contents)
-    and returns the sums packed; ``ra(T, t0, s, *carried, *read, *shadows, dsums, _lim,
-    <stacks>) -> (*cotangents of the float numbers, <tops>)`` restores the carried arrays
-    and adds into the shadows of the float arrays (operand positions ``array_diff``)."""
-    rp: Any
-    ra: Any
-    scalar_diff: List[int]
-    array_diff: List[int]
-    sums: List[int]         # carried positions (0-based among carried) of the reductions
-    fwd: Any = None         # the loops themselves (ipf: forward in place, ipb: backward)
-    bwd: Any = None
-    source: str = ""
-
-
-def build_pair(runner: "PRunner", kinds: List[str], backend) -> LoopPair:
+def build_pair(runner: "PRunner", kinds: List[str], backend) -> looppairs.LoopPair:
+    """The loop as a compiled pair (``pullbacks/looppairs.py``): its written arrays in
+    place, its reductions the values."""
     S = _Step(runner, kinds, backend)
-    n, na, m, ck, fk, cn, fn_ = S.n, S.na, S.m, S.ck, S.fk, S.cn, S.fn_
-    ops_all = ["T", "t0", "s"] + cn + fn_
-    opk = ["int", "int", "int"] + list(kinds)
-    scalar_diff = [q for q in range(3, 3 + n + m) if differentiable(opk[q]) and not is_array(opk[q])]
-    array_diff = [q for q in range(3, 3 + n + m) if differentiable(opk[q]) and is_array(opk[q])]
+    n, na, ck, cn, fn_ = S.n, S.na, S.ck, S.cn, S.fn_
+    scalar_diff, array_diff = looppairs.positions(kinds)
     for i in S.given:
         assert i + 2 in array_diff, (i, array_diff)
     stem = S.stem + "_pl"
-    stacks = [x for s in STACKS for x in (f"_{s}s", f"_{s}sp")]
+    ops_all = ["T", "t0", "s"] + cn + fn_
+    stacks = looppairs.stack_params()
     lines: List[str] = []
     # -- the forward loop in place; the reductions' results packed
     lines.append(f"def {stem}_ipf(T, t0, {', '.join(cn + fn_)}):")
@@ -474,31 +428,21 @@ def build_pair(runner: "PRunner", kinds: List[str], backend) -> LoopPair:
     lines.append(f"    return {_tuple(outs)}")
     lines.append("")
     # -- the pair: records of the written arrays on the caller's stacks
+    loop = "_pl_prange"
     lines.append(f"def {stem}_rp({', '.join(ops_all)}, _lim, {', '.join(stacks)}):")
     lines.append("    T = max(T, 0)")
-    for i in range(na):
-        s = _stack_of(ck[i])
-        lines.append(f"    if _{s}sp + c{i}.size > _{s}s.shape[0]:")
-        lines.append(f"        _{s}s = _pl_grow(_{s}s, _{s}sp + c{i}.size)")
-        _copy_loops(lines, ck[i], f"c{i}", f"_{s}s", f"_{s}sp", save=True)
-        lines.append(f"    _{s}sp += c{i}.size")
+    looppairs.save_arrays(lines, ck[:na], cn[:na], loop)
     lines.append(f"    _z = {stem}_ipf(T, t0, {', '.join(cn + fn_)})")
     lines.append(f"    return (_z, {', '.join(stacks)})")
     lines.append("")
-    lines.append(f"def {stem}_ra({', '.join(ops_all + sh)}, _dz, _lim, {', '.join(stacks)}):")
+    lines.append(f"def {stem}_ra({', '.join(ops_all + sh + dsum)}, _lim, {', '.join(stacks)}):")
     lines.append("    T = max(T, 0)")
-    for i in reversed(range(na)):
-        s = _stack_of(ck[i])
-        lines.append(f"    _{s}sp -= c{i}.size")
-        _copy_loops(lines, ck[i], f"c{i}", f"_{s}s", f"_{s}sp", save=False)
-    lines.append(f"    _g = {stem}_ipb(T, t0, {', '.join(cn + fn_ + sh + [f'_dz[{j}]' for j in range(len(S.sums))])}, "
-                 "_pl_nthreads)")
-    res = [f"_g[{k}]" for k in range(len(outs))] + [f"_{s}sp" for s in STACKS]
+    looppairs.restore_arrays(lines, ck[:na], cn[:na], loop)
+    lines.append(f"    _g = {stem}_ipb(T, t0, {', '.join(cn + fn_ + sh + dsum)}, _pl_nthreads)")
+    res = [f"_g[{k}]" for k in range(len(outs))] + looppairs.tops()
     lines.append(f"    return {_tuple(res)}")
     src = "\n".join(lines) + "\n"
-    code = Code()
-    for ln in src.splitlines():
-        code.add(0, ln)
+    code = looppairs.typed_code(src)
     ns = S.glob()
     # rows of per-thread shadows: numba.get_thread_id() < get_num_threads() <= this, a
     # constant of the module's text (so of its disk cache); numba's get_num_threads() in
@@ -509,9 +453,8 @@ def build_pair(runner: "PRunner", kinds: List[str], backend) -> LoopPair:
                    ("_ipf", True), ("_ipb", not runner.shared or S.mm), ("_rp", na), ("_ra", na)) if par)
                if backend.compiled else ()})
     (ipf, ipb, rp, ra), _, _ = backend.load(code, ns, [stem + s for s in ("_ipf", "_ipb", "_rp", "_ra")],
-                                        stem)
-    return LoopPair(rp, ra, scalar_diff, array_diff, S.sums, ipf, ipb, src)
-
+                                            stem)
+    return looppairs.LoopPair(rp, ra, scalar_diff, array_diff, S.sums, ipf, ipb, src)
 
 
 def build_tangent(runner: "PRunner", kinds: List[str], target: str):
@@ -599,13 +542,13 @@ class PRunner:
         self.loc = loc
         self.cache: Dict[Tuple[Tuple[str, ...], str], _Compiled] = {}
         self.tangents: Dict[Tuple[Tuple[str, ...], str], Any] = {}
-        self.pairs: Dict[Tuple[Tuple[str, ...], Any], LoopPair] = {}
+        self.pairs: Dict[Tuple[Tuple[str, ...], Any], looppairs.LoopPair] = {}
         self.helpers: Dict[Any, Any] = {}
         self.__name__ = f"prange_loop_{getattr(step, '__name__', 'step')}"
 
-    def pair(self, kinds: List[str], backend) -> Optional[LoopPair]:
+    def pair(self, kinds: List[str], backend) -> Optional[looppairs.LoopPair]:
         r = self
-        if not pair_possible(kinds, r.n, r.arrays) or any(array_ndim(k) == 0 for k in kinds if is_array(k)):
+        if not pair_possible(kinds, r.n, r.arrays):
             return None
         check_kinds(list(kinds), r.arrays, r.n, r.names, r.loc)
         key = (tuple(kinds), backend.key())
@@ -696,9 +639,14 @@ class PLoop(CkLoop):
         (``PPart``), else None."""
         return fn.fn.k if isinstance(fn, PPart) else None
 
-    def compiled_pair(self, kinds: List[str], backend) -> Optional[LoopPair]:
+    def compiled_pair(self, kinds: List[str], backend, inplace) -> Optional[looppairs.LoopPair]:
         """The loop as a compiled pair for operand kinds ``kinds`` (carried, then read) on
-        ``backend`` (``pullbacks/native.py``'s ``native_loop``), or None: the run-time path."""
+        ``backend`` (``pullbacks/native.py``'s ``native_loop``), or None: the run-time path.
+        ``inplace[k]``: carried value ``k`` is written back into its array after the loop
+        (the lowering does so for every written array; the reductions are values)."""
+        r = self.fn
+        if tuple(inplace) != (True,) * r.arrays + (False,) * (r.n - r.arrays):
+            return None
         return self.fn.pair(kinds, backend)
 
     def _zyg_kind(self, kinds):
