@@ -18,6 +18,12 @@ forward and backward parts this module provides as compiled code:
 
 The step is differentiated by zyg itself (``plan`` + ``emit_split``), per argument kinds
 and target, and the schedule interpreter is generated code compiled with it.
+
+In a gradient the loop is a compiled pair (:func:`build_pair`, ``looppairs.py``) that the
+gradient's own code calls: the arrays the body only writes into are stepped in place and
+restored by the pair's adjoint, which then runs the same schedule.  ``LoopRunner.forward``
+and ``vjp`` (the loop as a function of values, called through Python) remain for forward
+mode's plain parts, code that records nothing and ``ZYG_NATIVE_LOOPS=0``.
 """
 from __future__ import annotations
 
