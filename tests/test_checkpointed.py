@@ -455,3 +455,29 @@ def test_a_second_process_loads_it_from_the_disk_cache(tmp_path):
     assert first[:-2] == second[:-2]
     assert int(first[-1]) >= 1, runs[0].stdout
     assert int(second[-1]) == 0 and int(second[-2]) >= 1, runs[1].stdout
+
+
+def float32_weak_scalars(x, k):
+    y = x.astype(np.float32)
+    for t in zyg.checkpointed_range(3, snapshots=2):
+        y = y * np.float32(0.5) + np.float32(0.25) + y[0] * np.float32(0.1)
+    return float(np.sum(y * y)) * k
+
+
+def float32_weak_scalars_plain(x, k):
+    y = x.astype(np.float32)
+    for t in range(3):
+        y = y * np.float32(0.5) + np.float32(0.25) + y[0] * np.float32(0.1)
+    return float(np.sum(y * y)) * k
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_float32_numbers_in_the_step(target):
+    # the step's placeholders of float32 numbers (np.float32 casts, elements of float32
+    # arrays) were float64 zeros: numba typed the state float64 while zyg had float32, and
+    # the checkpointed loop did not compile on cpu (on both paths)
+    x = np.array([0.3, -0.5, 0.8])
+    got = zyg.grad(float32_weak_scalars, argnums=1, target=target)(x, 1.5)
+    want = zyg.grad(float32_weak_scalars_plain, argnums=1, target=target)(x, 1.5)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert got == pytest.approx(float32_weak_scalars(x, 1.0), rel=1e-12)

@@ -1403,8 +1403,15 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
         first = {var_name(st.var) for st in entry.stmts if st.var is not None and self.is_arr(st.var)}
         first |= {self.dname(v) for v in entry.params + [st.var for st in entry.stmts if st.var is not None]
                   if v.id in self.shadow_roots}
+        narrow = self.float32_scalars()
         for n in sorted(cross - params - shadows - first):
             if kinds_by_name.get(n, "float") in ("none", "undef", "object"):
+                continue
+            if n in narrow and kinds_by_name.get(n, "float") == "float":
+                # a float32 number (np.float32(x), an element of a float32 array): a float64
+                # placeholder would make numba type the variable float64, and an array
+                # operation with it float64 where zyg (numpy 2) has float32
+                code.add(ind, f"{n} = np.float32(0.0)")
                 continue
             code.add(ind, f"{n} = {self.placeholder_of(kinds_by_name.get(n, 'float'))}")
         for vid, v in sorted(self.shadow_roots.items()):
@@ -1412,6 +1419,26 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
                 code.add(ind, f"{self.dname(v)} = {self.placeholder_of(self.kind(v))}")
         for t in self.tag_scalars + self.count_scalars:
             code.add(ind, f"{t} = 0")
+
+    def float32_scalars(self) -> Set[str]:
+        """Names of the numbers that numba types float32: ``np.float32(...)`` calls (the
+        weak-scalar casts of ``specialize.py`` among them) and single elements of float32
+        arrays."""
+        from ..ssa.analysis import array_dtype, array_ndim
+        from ..ssa.prims import GetItem
+        out: Set[str] = set()
+        for blk in self.fn.iter_blocks():
+            for st in blk.stmts:
+                if st.var is None or self.kind(st.var) != "float":
+                    continue
+                fn, args = st.expr.fn, st.expr.args
+                if fn is np.float32:
+                    out.add(var_name(st.var))
+                elif isinstance(fn, GetItem) and args and self.is_arr(args[0]) and \
+                        array_dtype(self.kind(args[0])) == "float32" and \
+                        len(fn.spec) == array_ndim(self.kind(args[0])) and all(c == "i" for c in fn.spec):
+                    out.add(var_name(st.var))
+        return out
 
     def placeholder_of(self, kind: str) -> str:
         """The value a variable holds before its definition runs (the back end's own where
