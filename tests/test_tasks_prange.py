@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import zyg
+from cachecheck import assert_second_process_compiles_nothing
 from tests.prange import cases as C
 
 CASES = C.inputs()
@@ -89,6 +90,15 @@ def _parallel_loops_checked(compiled) -> int:
     return seen
 
 
+def _fresh_gradients_agree(names) -> None:
+    """New cpu gradients of the cases (after the caches were reset) equal the python
+    target's."""
+    for name in names:
+        f, args, argnums = CASES[name]
+        g = zyg.grad(f, argnums=argnums, target="cpu")(*args)
+        np.testing.assert_allclose(g[0], grad_of(name, "python")(*args)[0], rtol=1e-11, atol=1e-12)
+
+
 def test_the_loops_are_compiled_parallel(tmp_path, monkeypatch):
     """The forward and backward loops of the cpu gradient are numba parfors (the backward
     of a written array read elsewhere is the serial exception): in the compiled pair that
@@ -98,10 +108,7 @@ def test_the_loops_are_compiled_parallel(tmp_path, monkeypatch):
     monkeypatch.setenv("ZYG_CACHE_DIR", str(tmp_path))
     zyg.reset_caches()
     try:
-        for name in ("gmm_like", "shared_read"):
-            f, args, argnums = CASES[name]
-            g = zyg.grad(f, argnums=argnums, target="cpu")(*args)
-            np.testing.assert_allclose(g[0], grad_of(name, "python")(*args)[0], rtol=1e-11, atol=1e-12)
+        _fresh_gradients_agree(("gmm_like", "shared_read"))
         pairs = [(r, c) for r in _live(P.PRunner) for (kinds, key), c in r.pairs.items()
                  if key[0] == "cpu" and c.bwd.signatures]
         assert _parallel_loops_checked(pairs) >= 4
@@ -117,10 +124,7 @@ def test_the_run_time_path_loops_are_compiled_parallel(monkeypatch):
     monkeypatch.setenv("ZYG_NATIVE_LOOPS", "0")
     zyg.reset_caches()
     try:
-        for name in ("gmm_like", "shared_read"):
-            f, args, argnums = CASES[name]
-            g = zyg.grad(f, argnums=argnums, target="cpu")(*args)
-            np.testing.assert_allclose(g[0], grad_of(name, "python")(*args)[0], rtol=1e-11, atol=1e-12)
+        _fresh_gradients_agree(("gmm_like", "shared_read"))
         runners = {r.names and r.step.__name__: r for r in _live(P.PRunner)}
         seen = 0
         for r in runners.values():
@@ -194,37 +198,21 @@ def test_show_prints_the_loop_pair():
 def test_reloaded_from_the_disk_cache_in_a_second_process(tmp_path):
     """The gradient and the loop's pair (parallel functions) are loaded from numba's disk
     cache in a second process: nothing is compiled again and the gradient is the same."""
-    script = tmp_path / "heat_script.py"
-    script.write_text(
-        "import numba, numpy as np, zyg\n"
-        "from numba import prange\n"
-        "def heat(u, c):\n"
-        "    n = u.shape[0]\n"
-        "    a = u.copy()\n"
-        "    b = np.empty(n)\n"
-        "    for t in range(3):\n"
-        "        for i in prange(n):\n"
-        "            b[i] = a[i] + c * (a[(i + n - 1) % n] - 2.0 * a[i] + a[(i + 1) % n])\n"
-        "        a, b = b, a\n"
-        "    return np.sum(a * a * u)\n"
-        "g = zyg.grad(heat, argnums=(0, 1), target='cpu')(np.linspace(0.0, 1.0, 16), 0.2)\n"
-        "import sys\n"
-        "hits = misses = 0\n"
-        "for m in [m for k, m in list(sys.modules.items()) if k.startswith('zyg_gen_cpu_heat')]:\n"
-        "    for d in vars(m).values():\n"
-        "        if isinstance(d, numba.core.dispatcher.Dispatcher):\n"
-        "            hits += sum(d.stats.cache_hits.values())\n"
-        "            misses += sum(d.stats.cache_misses.values())\n"
-        "print(repr(g[0].tolist()), repr(g[1]), hits, misses)\n")
-    env = dict(os.environ, ZYG_CACHE_DIR=str(tmp_path / "cache"))
-    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                           timeout=600) for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr[-3000:]
-    first, second = (r.stdout.split() for r in runs)
-    assert first[:-2] == second[:-2]
-    assert int(first[-1]) >= 1, runs[0].stdout          # the first process compiled it
-    assert int(second[-1]) == 0 and int(second[-2]) >= 1, runs[1].stdout
+    assert_second_process_compiles_nothing(tmp_path, """
+import numpy as np, zyg
+from numba import prange
+def heat(u, c):
+    n = u.shape[0]
+    a = u.copy()
+    b = np.empty(n)
+    for t in range(3):
+        for i in prange(n):
+            b[i] = a[i] + c * (a[(i + n - 1) % n] - 2.0 * a[i] + a[(i + 1) % n])
+        a, b = b, a
+    return np.sum(a * a * u)
+g = zyg.grad(heat, argnums=(0, 1), target="cpu")(np.linspace(0.0, 1.0, 16), 0.2)
+RESULT = (g[0].tolist(), g[1])
+""", "heat")
 
 
 def _live(cls):

@@ -401,7 +401,7 @@ def build_pair(runner: "PRunner", kinds: List[str], backend) -> looppairs.LoopPa
     """The loop as a compiled pair (``pullbacks/looppairs.py``): its written arrays in
     place, its reductions the values."""
     S = _Step(runner, kinds, backend)
-    n, na, ck, cn, fn_ = S.n, S.na, S.ck, S.cn, S.fn_
+    na, ck, cn, fn_ = S.na, S.ck, S.cn, S.fn_
     scalar_diff, array_diff = looppairs.positions(kinds)
     for i in S.given:
         assert i + 2 in array_diff, (i, array_diff)
@@ -511,7 +511,7 @@ def build_tangent(runner: "PRunner", kinds: List[str], target: str):
     for i in mm:        # the winner's tangent (-1: the value before the loop)
         cmp = ">" if ops[i] == "max" else "<"
         lines.append(f"    _b{i} = c{i}")
-        lines.append(f"    for _k in range(T):")
+        lines.append("    for _k in range(T):")
         lines.append(f"        if _v{i}[_k] {cmp} _b{i}:")
         lines.append(f"            _b{i} = _v{i}[_k]")
         lines.append(f"            tc{i} = _tv{i}[_k]")
