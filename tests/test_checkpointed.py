@@ -7,6 +7,7 @@ recomputation).  The binomial schedule is checked to run each step forward at mo
 ``r + 1`` times and to reverse every step exactly once.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -464,3 +465,11 @@ def test_float32_numbers_in_the_step(target):
     want = zyg.grad(float32_weak_scalars_plain, argnums=1, target=target)(x, 1.5)
     assert got == pytest.approx(want, rel=1e-12)
     assert got == pytest.approx(float32_weak_scalars(x, 1.0), rel=1e-12)
+
+
+def test_show_prints_the_loop_pair():
+    with open(os.devnull, "w") as fh:
+        text = zyg.show(particles, np.array([0.5, -1.0]), np.array([1.0, 0.3]), 0.05, 4, 2,
+                        argnums=(0, 1, 2), file=fh)
+    assert "=== compiled pair of the checkpointed_range loop" in text
+    assert "_ck_rp(" in text and "_ck_ra(" in text

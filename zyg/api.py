@@ -163,12 +163,12 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
     from .pullbacks.recpairs import pairs_in
     for title, src in pairs_in(text, p.backend.name):
         text += f"\n=== compiled recursive pair of {title} (docs/calls.md, Recursion) ===\n{src}"
-    for blk in ir.iter_blocks():         # parallel loops' pairs (zyg/tasks/prange.py)
+    for blk in ir.iter_blocks():         # loops' pairs (pullbacks/looppairs.py)
         for st in blk.stmts:
-            for (_, key), lp in getattr(getattr(st.expr.fn, "fn", None), "pairs", {}).items():
-                if key == p.backend.key():
-                    text += (f"\n=== compiled pair of the prange loop at line {st.loc.lineno if st.loc else '?'} "
-                             f"(docs/parallel.md) ===\n{lp.source}")
+            for key, lp in getattr(getattr(st.expr.fn, "fn", None), "pairs", {}).items():
+                if lp is not None and key[-1] == p.backend.key():
+                    text += (f"\n=== compiled pair of the {st.expr.fn.__name__} at line "
+                             f"{st.loc.lineno if st.loc else '?'} (docs/design.md) ===\n{lp.source}")
     print(text, file=file or sys.stdout)
     return text
 
