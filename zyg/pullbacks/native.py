@@ -372,5 +372,6 @@ class NativeMixin:
 
 
 def loops_enabled() -> bool:
-    """Parallel loops as compiled pairs (``ZYG_NATIVE_LOOPS=0``: the run-time path)."""
+    """prange and checkpointed_range loops as compiled pairs (``ZYG_NATIVE_LOOPS=0``: the
+    run-time path)."""
     return os.environ.get("ZYG_NATIVE_LOOPS", "1") != "0"
