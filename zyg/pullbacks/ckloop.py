@@ -327,15 +327,9 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
 # -- the loop as a compiled pair (looppairs.py) ------------------------------------------------
 
 def pair_possible(kinds: List[str], n: int) -> bool:
-    """Carried numbers and float arrays; read numbers (not complex) and arrays of any
-    dimension but none."""
-    for k in kinds[n:]:
-        if not is_array(k) and k not in ("float", "int", "bool"):
-            return False
-        if is_array(k) and array_dtype(k) not in ("float64", "float32", "int64", "int32", "bool",
-                                                   "uint8", "int8", "int16"):
-            return False
-    return not looppairs.any_ndim(kinds)
+    """The carried values are numbers and float arrays (``check_kinds``); the read ones
+    must be what a pair takes (``looppairs.operands_ok``)."""
+    return looppairs.operands_ok(kinds)
 
 
 def build_pair(runner: "LoopRunner", kinds: List[str], inplace: Tuple[bool, ...], backend) \

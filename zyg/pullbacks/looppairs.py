@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, List
 
-from ..ssa.analysis import array_ndim, differentiable, is_array
+from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array
 from .native import STACKS
 
 _FLOATS = ("float64", "float32")
@@ -58,7 +58,6 @@ def positions(kinds: List[str]):
 def stack_of(k: str) -> str:
     """The stack an array of kind ``k`` is saved on: floats on the float stack, integers
     and booleans on the int stack (exactly)."""
-    from ..ssa.analysis import array_dtype
     return "f" if array_dtype(k) in _FLOATS else "i"
 
 
@@ -66,7 +65,6 @@ def copy_loops(lines: List[str], k: str, arr: str, buf: str, top: str, save: boo
                loop: str) -> None:
     """One pass copying array ``arr``'s elements (C order) to ``buf[top:]`` (``save``) or
     back, for any layout, over the first axis with ``loop`` (``_pl_prange`` or ``range``)."""
-    from ..ssa.analysis import array_dtype
     nd = array_ndim(k)
     idx = [f"_j{d}" for d in range(nd)]
     lines.append(f"    if {arr}.size > 0:")
@@ -113,9 +111,20 @@ def tops() -> List[str]:
     return [f"_{s}sp" for s in STACKS]
 
 
-def any_ndim(kinds: List[str]) -> bool:
-    """Is some array among ``kinds`` of no dimension (which the copy loops do not take)?"""
-    return any(is_array(k) and array_ndim(k) == 0 for k in kinds)
+_DTYPES = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def operands_ok(kinds: List[str]) -> bool:
+    """Can a pair take operands of these kinds?  Numbers (not complex) and arrays of
+    numbers with at least one dimension (the copy loops' shapes); anything else keeps the
+    run-time path, which refuses or handles it."""
+    for k in kinds:
+        if is_array(k):
+            if array_dtype(k) not in _DTYPES or array_ndim(k) == 0:
+                return False
+        elif k not in ("float", "int", "bool"):
+            return False
+    return True
 
 
 _HEADER = re.compile(r"^(def|for|if|elif|else|while)\b(.*):\s*$")

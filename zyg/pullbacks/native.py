@@ -270,19 +270,7 @@ class NativeMixin:
             return None
         n = runner.n
         carried = e.args[3:3 + n]
-        uses: Dict[int, list] = {}
-        for b in self.fn.iter_blocks():
-            for s2 in b.stmts:
-                for a in list(s2.expr.args) + list(s2.expr.kwargs.values()):
-                    if isinstance(a, Var):
-                        uses.setdefault(a.id, []).append(s2)
-            for _, args in b.term.successors():
-                for a in args:
-                    if isinstance(a, Var):
-                        uses.setdefault(a.id, []).append(None)
-            for a in (getattr(b.term, "value", None), getattr(b.term, "cond", None)):
-                if isinstance(a, Var):
-                    uses.setdefault(a.id, []).append(None)
+        uses = self._loop_uses()
         mine = {id(s2) for s2 in blk.stmts}
         parts: Dict[int, Any] = {}
         writes: Dict[int, Any] = {}
@@ -324,6 +312,28 @@ class NativeMixin:
         self.__dict__.setdefault("_ploops", {})[id(st)] = [(k, parts[k].var) for k in built.values]
         return Pair(self.ns.ref(built.rp, built.rp.__name__), self.ns.ref(built.ra, built.ra.__name__),
                     built.scalar_diff, built.array_diff, bool(writes))
+
+    def _loop_uses(self) -> Dict[int, list]:
+        """var id -> the statements using it (None for a terminator), over the function,
+        computed once per emitter."""
+        from ..ssa.ir import Var
+        got = self.__dict__.get("_loop_uses_map")
+        if got is not None:
+            return got
+        got = self._loop_uses_map = {}
+        for b in self.fn.iter_blocks():
+            for s2 in b.stmts:
+                for a in list(s2.expr.args) + list(s2.expr.kwargs.values()):
+                    if isinstance(a, Var):
+                        got.setdefault(a.id, []).append(s2)
+            for _, args in b.term.successors():
+                for a in args:
+                    if isinstance(a, Var):
+                        got.setdefault(a.id, []).append(None)
+            for a in (getattr(b.term, "value", None), getattr(b.term, "cond", None)):
+                if isinstance(a, Var):
+                    got.setdefault(a.id, []).append(None)
+        return got
 
     def primal_absorbed(self, blk, st, info: dict, ind: int, code: Code) -> None:
         """A loop's read-out of a value from the pair's packed result (a write-back absorbed

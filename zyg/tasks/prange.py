@@ -382,19 +382,9 @@ def build(runner: "PRunner", kinds: List[str], target: str) -> _Compiled:
 
 # -- the loop as a compiled pair (pullbacks/native.py's protocol) --------------------------
 
-_PAIR_DTYPES = ("float64", "float32", "int64", "int32", "int16", "int8", "uint8", "bool")
-
-
 def pair_possible(kinds: List[str], n: int, na: int) -> bool:
-    """Can the loop with operand kinds ``kinds`` (carried, then read) run as a compiled pair?
-    Not with complex or tuple operands (the run-time path refuses or handles them)."""
-    for k in kinds:
-        if is_array(k):
-            if array_dtype(k) not in _PAIR_DTYPES:
-                return False
-        elif k not in ("float", "int", "bool"):
-            return False
-    return all(is_array(k) for k in kinds[:na]) and not looppairs.any_ndim(kinds)
+    """Can the loop with operand kinds ``kinds`` (carried, then read) run as a compiled pair?"""
+    return looppairs.operands_ok(kinds) and all(is_array(k) for k in kinds[:na])
 
 
 def build_pair(runner: "PRunner", kinds: List[str], backend) -> looppairs.LoopPair:
