@@ -101,6 +101,20 @@ def child() -> None:
     import zyg
     from numba.core import event
     t_import = time.perf_counter() - t0
+    if mode == "tiered":
+        # zyg.set_tiered: the first answer (python target) and when the compiled code is in
+        zyg.set_tiered(True)
+        t1 = time.perf_counter()
+        g = zyg.value_and_grad(case.fn, case.argnums, target="cpu")
+        g(*args)
+        first = time.perf_counter() - t1
+        for b in list(g._zyg.tiers.values()):
+            b.finished.wait()
+        ready = time.perf_counter() - t1
+        tiered = bool(g._zyg.tiers)
+        print(MARK + json.dumps({"first_s": first, "ready_s": ready, "tiered": tiered,
+                                 "why_not": None if tiered else zyg.tiered.why_not(case.fn)}))
+        return
     rec = _Phases()
     listener = type("L", (event.Listener,), {"on_start": lambda s, e: rec.on_start(e),
                                               "on_end": lambda s, e: rec.on_end(e)})()
@@ -147,9 +161,14 @@ def measure(cid: str, timeout: float) -> Dict[str, Any]:
         cold = _run("zyg", cid, os.path.join(tmp, "zyg"), timeout)
         warm = _run("zyg", cid, os.path.join(tmp, "zyg"), timeout) if "error" not in cold else {}
         floor = _run("numba", cid, os.path.join(tmp, "numba"), timeout)
+        tiered = _run("tiered", cid, os.path.join(tmp, "tiered"), timeout) if TIERED else {}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"case": cid, "cold": cold, "warm": warm, "numba": floor}
+    return {"case": cid, "cold": cold, "warm": warm, "numba": floor, "tiered": tiered}
+
+
+#: also measure each case with zyg.set_tiered(True) (``--tiered``)
+TIERED = False
 
 
 def report(rows: List[Dict[str, Any]], seconds: float) -> str:
@@ -174,6 +193,20 @@ def report(rows: List[Dict[str, Any]], seconds: float) -> str:
                 f"per source line: median {statistics.median(gen_per_line):.1f}, worst {gen_per_line[-1]:.1f}",
                 "- where the cold first calls' time goes (all functions together): " + ", ".join(
                     f"{p} {100 * share[p] / whole:.0f}%" for p in PHASES), ""]
+    tiers = [r for r in ok if "first_s" in r.get("tiered", {})]
+    if tiers:
+        tf = sorted(r["tiered"]["first_s"] for r in tiers)
+        tr = sorted(r["tiered"]["ready_s"] for r in tiers)
+        n_t = sum(bool(r["tiered"]["tiered"]) for r in tiers)
+        out += [f"- tiered (zyg.set_tiered(True), fresh process, empty cache; {n_t} of {len(tiers)} "
+                f"functions qualify): first answer median {statistics.median(tf):.2f} s, worst "
+                f"{tf[-1]:.2f} s; compiled code ready median {statistics.median(tr):.2f} s, worst "
+                f"{tr[-1]:.2f} s", ""]
+        out += ["| function | cold s | tiered: first answer s | compiled ready s | not tiered because |",
+                "|---|---|---|---|---|"]
+        out += [f"| {r['case']} | {r['cold']['first_s']:.2f} | {r['tiered']['first_s']:.2f} | "
+                f"{r['tiered']['ready_s']:.2f} | {r['tiered'].get('why_not') or ''} |" for r in tiers]
+        out.append("")
     out += ["| function | src lines | generated | cold s | zyg | typing | lowering | llvm | numba other "
             "| warm s | numba s | x numba |", "|" + "---|" * 12]
     for r in rows:
@@ -197,7 +230,12 @@ def main(argv=None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=2, help="cases measured at once")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per process")
     ap.add_argument("--out", default=None, help="write OUT.md and OUT.json")
+    ap.add_argument("--tiered", action="store_true",
+                    help="also a fresh process with zyg.set_tiered(True): the first answer, and "
+                         "when the compiled code is ready")
     a = ap.parse_args(argv)
+    global TIERED
+    TIERED = a.tiered
     ids = [cid for cid, _ in cases() if a.k in cid][::max(1, a.every)]
     t0 = time.time()
     with ThreadPoolExecutor(max(1, a.jobs)) as ex:

@@ -26,6 +26,9 @@ os.environ.setdefault("ZYG_BOUNDSCHECK", "1")
 # numba's default level; the level is part of the generated code's cache key
 # (numerics.options_tag), so a cache shared with other runs never mixes the two.
 os.environ["NUMBA_OPT"] = os.environ.get("ZYG_TEST_NUMBA_OPT", "0")
+# tiered first calls (zyg/tiered.py) answer from the python target: the cpu tests must test
+# the compiled code, so they stay off here (tests/test_tiered.py turns them on)
+os.environ["ZYG_TIERED"] = "0"
 
 import zyg  # noqa: E402
 import zyg.ssa.passes  # noqa: E402

@@ -23,7 +23,7 @@ LAYERS = [
     ("transforms", lambda m: (m == "zyg.pullbacks" or m.startswith("zyg.pullbacks.")) and
      m not in NESTED),
     ("back ends", lambda m: m == "zyg.compile" or m == "zyg.backends" or m.startswith("zyg.backends.")),
-    ("driver", lambda m: m in ("zyg.driver", "zyg.safety", "zyg.entry")),
+    ("driver", lambda m: m in ("zyg.driver", "zyg.safety", "zyg.entry", "zyg.tiered")),
     ("nested transforms", lambda m: m in NESTED),
     ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table",
                             "zyg.cuda", "zyg.cuda_kernel", "zyg.cuda_tape", "zyg.sparse") or m == "zyg.tasks" or m.startswith("zyg.tasks.") or

@@ -23,6 +23,7 @@ from .api import (grad, value_and_grad, pullback, jvp, hvp, hessian, jacobian,  
                   stop_gradient, show, reset_caches)
 from .numerics import set_boundscheck  # noqa: F401
 from .compile import set_compile_notice  # noqa: F401
+from .tiered import set_tiered  # noqa: F401
 from .cuda import vmap  # noqa: F401
 from .cuda_kernel import vjp  # noqa: F401
 from . import cuda_tape as _cuda_tape  # noqa: F401  (zyg.cuda.Tape)
@@ -59,4 +60,4 @@ __all__ = ["checkpoint", "checkpointed_range", "hook", "check_grads", "GradCheck
            "stop_gradient", "show", "ZygError", "UnsupportedSyntax", "NoAdjoint",
            "CompileError", "TypeMismatch", "AliasedArguments", "ModifiedAfterPullback", "ShapeChanged",
            "NotPicklable",
-           "set_boundscheck", "set_compile_notice", "vmap", "vjp"]
+           "set_boundscheck", "set_compile_notice", "set_tiered", "vmap", "vjp"]

@@ -27,6 +27,7 @@ import numpy as np
 from . import dicts as _dicts, safety
 from .caches import on_invalidate
 from . import backends
+from . import tiered
 from .compile import LOAD_LOCK, compile_error, compile_for_types, compile_notice
 from .entry import adapt
 from .errors import TypeMismatch
@@ -48,7 +49,9 @@ def _invalidate_caches() -> None:
     """Forget compiled specialisations (called when a rule is registered)."""
     for s in list(_LIVE):
         s.cache.clear()
+        s.tiers.clear()
     _GRAD_SOURCES.clear()
+    tiered.forget()
 
 
 def _with_hidden(ir: Function, args: Sequence[Any]) -> tuple:
@@ -154,6 +157,9 @@ class _Specializer:
         self.target = target
         self.mode = mode
         self.cache: Dict[Tuple[type, ...], Callable] = {}
+        # background builds of tiered first calls, by argument signature (zyg/tiered.py)
+        self.tiers: Dict[Any, Any] = {}
+        self._python: Optional["_Specializer"] = None
         self.name = _ident(getattr(unwrap(f), "__name__", "f").replace("<lambda>", "lambda"))
         with LOAD_LOCK:         # a WeakSet: not iterated while another thread adds to it
             _LIVE.add(self)
@@ -163,6 +169,29 @@ class _Specializer:
         """The target's back end, looked up when code is built (a back end registered
         under the name later replaces it; zyg.backends.register clears the caches)."""
         return backends.get(self.target)
+
+    def python_twin(self) -> "_Specializer":
+        """The same function's specialiser on the python target (tiered first calls)."""
+        if self._python is None:
+            self._python = _Specializer(self.f, self.argnums, "python", self.mode, self.statics)
+        return self._python
+
+    def cached(self, args: Sequence[Any]) -> Optional[Callable]:
+        """What a call with ``args`` finds in the cache (None: the slow path)."""
+        return self.cache.get(_type_key(args))
+
+    def install(self, args: Sequence[Any], entry: Callable) -> None:
+        """Put ``entry``, built by ``self.build_entry(args)`` elsewhere (a tiered first
+        call's background build, zyg/tiered.py), where :meth:`build` would have put it.
+        Under the load lock."""
+        key = _type_key(args)
+        if any(isinstance(a, (np.ndarray, tuple)) for a in args):
+            disp = self.cache.get(key)
+            if not isinstance(disp, _ArrayDispatch):
+                disp = self.cache[key] = _ArrayDispatch(self)
+            disp.entries.setdefault(disp.key(args), entry)
+        else:
+            self.cache.setdefault(key, entry)
 
     def build(self, args: Sequence[Any]) -> Callable:
         # first calls from several threads build one at a time (calls of built code do not lock)
@@ -817,6 +846,10 @@ def transform(f, argnums, target: str, mode: str, doc: str) -> Callable:
             _dicts.check_records_not_wrt(unwrap(f), args, _normalise_argnums(argnums, len(args))[0])
             args = tuple(_dicts.to_tuples(a) for a in args)
             return _dicts.to_dicts(spec.build(args)(*args))
+        if tiered.enabled() and target == "cpu" and mode in ("grad", "value_and_grad"):
+            r = tiered.call(spec, args)
+            if r is not tiered.NO:
+                return r
         entry = spec.build(args)
         return entry(*args)
     g = _fast_wrapper(unwrap(f), cache, slow)

@@ -64,6 +64,8 @@ def _raiser(exc: Any, msg: str, nparams: int, check: bool, formats: bool, name: 
         fn._zyg_uncacheable = formats
         # the path ends here (pullbacks/comm.py: a request need not be waited for after it)
         fn._zyg_raises = not check
+        # an effect besides raising (zyg/tiered.py runs only code without one twice)
+        fn._zyg_prints = action.startswith("print")
         hooks.generated_nondifferentiable(fn)
         _RAISERS[key] = fn
     return fn

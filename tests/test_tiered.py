@@ -1,0 +1,245 @@
+"""Tiered first calls (zyg/tiered.py): the python target answers while the cpu code
+compiles in the background; the answers agree with the compiled code's, the arguments'
+writes are the compiled code's, and calls that could tell the difference take the
+ordinary path."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import zyg
+from zyg import tiered
+from zyg.errors import CompileError
+
+
+@pytest.fixture
+def tiers():
+    """Tiering on, the test hooks cleared afterwards, counters from zero."""
+    zyg.set_tiered(True)
+    for k in tiered.STATS:
+        tiered.STATS[k] = 0
+    yield tiered.STATS
+    zyg.set_tiered(False)
+    tiered._HOLD_BUILD[0] = None
+    tiered._HOLD_PYTHON[0] = None
+
+
+def _finished(g):
+    for b in list(g._zyg.tiers.values()):
+        assert b.finished.wait(300), "the background build did not finish"
+
+
+def _helper(a, b):
+    return a * np.exp(-b)
+
+
+def loop_with_helper(x, out, c):
+    s = 0.0
+    for i in range(x.shape[0]):
+        out[i] = _helper(x[i], c)       # an output argument (not differentiated)
+        s += out[i] * x[i] + np.sin(c * x[i])
+    return s
+
+
+def matrix_weights(A, v):
+    s = 0.0
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            s += A[i, j] * v[j] ** 2
+    v[0] = 2.0 * v[0]                   # written in place, differentiated
+    return s + v[0]
+
+
+def tuple_arg(p, x):
+    a, b = p
+    return np.sum(a * x ** 2 + b * x)
+
+
+def f32_sum(x, k):
+    s = np.float32(0.0)
+    for i in range(x.shape[0]):
+        s += x[i] * x[i] * k
+    return s
+
+
+CASES = {
+    "helper_and_output": (loop_with_helper, lambda: (np.linspace(0.1, 1.0, 9), np.zeros(9), 0.7), (0, 2)),
+    # an F-ordered matrix and a strided view: the copies keep the layout numba compiles for
+    "fortran_and_strided": (matrix_weights, lambda: (np.asfortranarray(np.arange(12.).reshape(3, 4)),
+                                                     np.linspace(1, 2, 8)[::2]), (0, 1)),
+    "tuple": (tuple_arg, lambda: ((1.5, -0.5), np.linspace(-1, 1, 5)), (0, 1)),
+    "float32": (f32_sum, lambda: (np.linspace(0, 1, 6).astype(np.float32), 1.25), (0, 1)),
+}
+
+
+def _same(a, b, rtol):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y, rtol)
+        return
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_first_answer_is_the_python_targets_and_agrees_with_the_compiled_code(tiers, name):
+    f, make, argnums = CASES[name]
+    hold = tiered._HOLD_BUILD[0] = threading.Event()     # the build waits: python answers
+    g = zyg.value_and_grad(f, argnums)
+    first_args = make()
+    first = g(*first_args)
+    assert tiers["python"] == 1 and len(g._zyg.tiers) == 1
+    hold.set()
+    _finished(g)
+    compiled_args = make()
+    compiled = g(*compiled_args)
+    assert tiers["python"] == 1, "the second call ran the python target again"
+    rtol = 1e-5 if name == "float32" else 1e-12
+    _same(first, compiled, rtol)
+    for a, b in zip(first_args, compiled_args):       # the writes into the arguments agree
+        _same(a, b, rtol)
+    # the compiled code was installed where the ordinary path looks: no second compile
+    disp = g._zyg.cache[tuple(type(a) for a in compiled_args)]
+    assert len(getattr(disp, "entries", {0: 0})) == 1
+
+
+def test_a_compiled_build_that_wins_stops_the_python_run(tiers):
+    hold = tiered._HOLD_PYTHON[0] = threading.Event()   # python waits: the build wins
+    g = zyg.grad(loop_with_helper, 0)
+    x, out = np.linspace(0.1, 1.0, 9), np.zeros(9)
+    r = g(x, out, 0.7)
+    assert tiers["preempted"] == 1 and tiers["python"] == 0
+    hold.set()
+    deadline = time.time() + 10
+    while any(t.name == "zyg-python-run" for t in threading.enumerate()) and time.time() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name == "zyg-python-run" for t in threading.enumerate())
+    zyg.set_tiered(False)
+    expect = zyg.grad(loop_with_helper, 0)(np.linspace(0.1, 1.0, 9), np.zeros(9), 0.7)
+    np.testing.assert_allclose(r, expect, rtol=1e-13)
+
+
+def test_a_long_python_run_is_stopped_mid_loop(tiers):
+    # no hooks: a 400,000-step python run against a compile; whichever wins, the answer
+    # is the compiled code's, and no python run is left behind
+    def long_loop(x):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += np.sin(x[i]) * x[i]
+        return s
+    x = np.linspace(0, 1, 400_000)
+    r = zyg.grad(long_loop)(x)
+    np.testing.assert_allclose(r, np.sin(x) + x * np.cos(x), rtol=1e-12)
+    assert tiers["python"] + tiers["preempted"] == 1
+    time.sleep(0.2)
+    assert not any(t.name == "zyg-python-run" for t in threading.enumerate())
+
+
+def raises_when_large(x):
+    if x[0] > 100.0:
+        raise ValueError("too large")
+    return np.sum(x ** 2)
+
+
+def test_a_python_error_waits_for_the_compiled_code(tiers):
+    with pytest.raises(ValueError, match="too large"):
+        zyg.grad(raises_when_large)(np.array([200.0, 1.0]))
+    assert tiers["python_raised"] == 1
+
+
+def test_a_read_only_argument_written_is_refused_as_without_tiers(tiers):
+    x = np.linspace(0, 1, 4)
+    x.flags.writeable = False
+    with pytest.raises(zyg.ZygError):
+        zyg.grad(matrix_weights, 0)(np.ones((2, 4)), x)
+    zyg.set_tiered(False)
+    with pytest.raises(zyg.ZygError):
+        zyg.grad(matrix_weights, 0)(np.ones((2, 4)), x)
+
+
+def test_a_failed_build_is_raised_by_the_next_call(tiers):
+    def small(x):
+        return np.sum(np.cos(x))
+    hold = tiered._HOLD_BUILD[0] = threading.Event()
+    g = zyg.grad(small)
+    spec = g._zyg
+
+    def refuse(args):
+        raise CompileError("refused for the test")
+    spec.build_entry = refuse
+    x = np.linspace(0, 1, 3)
+    np.testing.assert_allclose(g(x), -np.sin(x), rtol=1e-14)    # python answered
+    hold.set()
+    _finished(g)
+    for _ in range(2):
+        with pytest.raises(CompileError, match="refused for the test"):
+            g(x)
+
+
+def prints(x):
+    print("x", x[0])
+    return np.sum(x)
+
+
+def draws(x):
+    return np.sum(x * np.random.rand())
+
+
+def calls_prints(x):
+    return prints(x) * 2.0
+
+
+def test_what_is_not_tiered_and_why(tiers):
+    assert "prints" in tiered.why_not(prints)
+    assert "np.RandomState.rand" in tiered.why_not(draws)
+    assert "prints" in tiered.why_not(calls_prints)
+    assert tiered.why_not(loop_with_helper) is None
+
+    @zyg.adjoint(my_rule)
+    def _(x):
+        return my_rule(x), lambda dy: (3.0 * dy,)
+
+    def rule_user(x):
+        return my_rule(x) + 1.0
+    assert "rule" in tiered.why_not(rule_user)
+    # such functions, and arguments that share memory or are lists, take the ordinary path
+    g = zyg.grad(draws)
+    g(np.ones(3))
+    assert not g._zyg.tiers
+    g = zyg.grad(tuple_arg, 1)
+    a = np.linspace(0, 1, 5)
+    g((a, a), a)
+    assert not g._zyg.tiers
+    assert tiers == {"python": 0, "preempted": 0, "python_raised": 0}
+
+
+def my_rule(x):
+    return x * 3.0
+
+
+def test_threads_first_calls_at_once(tiers):
+    g = zyg.value_and_grad(tuple_arg, 1)
+    res = [None] * 4
+
+    def run(k):
+        res[k] = g((1.0 + k, 0.5), np.linspace(0, 1, 6))
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for k in range(4):
+        np.testing.assert_allclose(res[k][1], 2 * (1.0 + k) * np.linspace(0, 1, 6) + 0.5, rtol=1e-14)
+    assert len(g._zyg.tiers) == 1
+
+
+def test_reset_caches_forgets_tiers(tiers):
+    g = zyg.grad(f32_sum)
+    g(np.ones(3, np.float32), 2.0)
+    _finished(g)
+    zyg.reset_caches()
+    assert not g._zyg.tiers
