@@ -2,6 +2,7 @@
 compiles in the background; the answers agree with the compiled code's, the arguments'
 writes are the compiled code's, and calls that could tell the difference take the
 ordinary path."""
+import os
 import threading
 import time
 
@@ -26,8 +27,7 @@ def tiers():
 
 
 def _finished(g):
-    for b in list(g._zyg.tiers.values()):
-        assert b.finished.wait(300), "the background build did not finish"
+    assert tiered.wait(300), "the background build did not finish"
 
 
 def _helper(a, b):
@@ -74,6 +74,11 @@ CASES = {
 
 
 def _same(a, b, rtol):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k], rtol)
+        return
     if isinstance(a, tuple):
         assert isinstance(b, tuple) and len(a) == len(b)
         for x, y in zip(a, b):
@@ -243,3 +248,78 @@ def test_reset_caches_forgets_tiers(tiers):
     _finished(g)
     zyg.reset_caches()
     assert not g._zyg.tiers
+
+
+def optional_start(y, alpha=0.3, init=None):
+    level = y[0] if init is None else init
+    sse = 0.0
+    for t in range(1, y.shape[0]):
+        e = y[t] - level
+        sse += e * e
+        level += alpha * e
+    return sse
+
+
+def record_params(p, x):
+    return np.sum((p["a"] * x - p["b"]) ** 2)
+
+
+def test_none_defaults_and_dicts_are_tiered(tiers):
+    y = np.cumsum(np.linspace(0.1, 1.0, 8))
+    hold = tiered._HOLD_BUILD[0] = threading.Event()
+    g = zyg.value_and_grad(optional_start, (0, 1))
+    r = g(y, 0.45)
+    assert tiers["python"] == 1
+    hold.set()
+    zyg.set_tiered(False)
+    r0 = zyg.value_and_grad(optional_start, (0, 1))(y, 0.45)
+    _same(r, r0, 1e-13)
+    r1 = g(y, 0.45, 2.0)        # init given: another specialisation, not tiered now
+    _same(r1, zyg.value_and_grad(optional_start, (0, 1))(y, 0.45, 2.0), 1e-13)
+    zyg.set_tiered(True)
+    tiers["python"] = 0
+    hold = tiered._HOLD_BUILD[0] = threading.Event()
+    g = zyg.value_and_grad(record_params, 0)
+    x = np.linspace(0, 1, 4)
+    first = g({"a": 2.0, "b": 0.5}, x)
+    assert tiers["python"] == 1
+    hold.set()
+    _finished(g)
+    again = g({"a": 2.0, "b": 0.5}, x)
+    assert tiers["python"] == 1
+    assert first[1].keys() == again[1].keys() == {"a", "b"}
+    for k in ("a", "b"):
+        assert type(first[1][k]) is type(again[1][k])
+        np.testing.assert_allclose(first[1][k], again[1][k], rtol=1e-13)
+
+
+def _corpus(every: int):
+    from tests.realworld.test_realworld import ALL
+    ok = [(f"{field}-{c.name}", c) for field, c in ALL if c.needs_on("cpu") is None
+          and c.needs_on("python") is None]
+    return ok[::every]
+
+
+# the real-code corpus: all of it with ZYG_LONG_TESTS=1 (~2 min), every eighth case in CI
+_LONG = os.environ.get("ZYG_LONG_TESTS") == "1"
+
+
+@pytest.mark.parametrize("cid,case", _corpus(1 if _LONG else 8), ids=lambda v: v if isinstance(v, str) else "")
+def test_real_code_first_answers_agree_with_the_compiled_code(tiers, cid, case):
+    hold = tiered._HOLD_BUILD[0] = threading.Event()
+    g = zyg.value_and_grad(case.fn, case.argnums)
+    a1, a2 = case.make_args(), case.make_args()
+    first = g(*a1)
+    why = tiered.why_not(case.fn)
+    hold.set()
+    _finished(g)
+    compiled = g(*a2)
+    if why is None and tiers["python"] == 1:
+        _same(first, compiled, 1e-9)
+    else:
+        # not tiered (it prints, its arguments are lists, ...): both answers compiled
+        assert tiers["python"] == 0
+        _same(first, compiled, 0.0)
+    for x, y in zip(a1, a2):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_allclose(x, y, rtol=1e-12)

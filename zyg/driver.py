@@ -477,10 +477,17 @@ class _StaticDispatch:
             kept = [pos[i] for i in nums if i in pos]
             sub_argnums = tuple(kept) if kept else (0 if dyn else ())
         sub = _Specializer(outer.f, sub_argnums, outer.target, mode, statics)
+        # arguments left at None may be tiered (zyg/tiered.py); functions passed are not
+        tiers = (outer.target == "cpu" and mode in ("grad", "value_and_grad")
+                 and all(v is None for v in statics.values()))
 
         def call(*d):
             fn = sub.cache.get(_type_key(d))
             if fn is None:
+                if tiers and tiered.enabled():
+                    r = tiered.call(sub, d)
+                    if r is not tiered.NO:
+                        return r
                 fn = sub.build(d)
             return fn(*d)
         value = mode == "value_and_grad"
@@ -840,18 +847,23 @@ def transform(f, argnums, target: str, mode: str, doc: str) -> Callable:
     spec = _Specializer(f, argnums, target, mode)
     cache = spec.cache
 
-    def slow(args):
-        if _dicts.has_dict(args):
-            # dict arguments (zyg/dicts.py): never in the cache, so only these calls pay
-            _dicts.check_records_not_wrt(unwrap(f), args, _normalise_argnums(argnums, len(args))[0])
-            args = tuple(_dicts.to_tuples(a) for a in args)
-            return _dicts.to_dicts(spec.build(args)(*args))
-        if tiered.enabled() and target == "cpu" and mode in ("grad", "value_and_grad"):
+    tiers = target == "cpu" and mode in ("grad", "value_and_grad")
+
+    def run(args):
+        if tiers and tiered.enabled():
             r = tiered.call(spec, args)
             if r is not tiered.NO:
                 return r
         entry = spec.build(args)
         return entry(*args)
+
+    def slow(args):
+        if _dicts.has_dict(args):
+            # dict arguments (zyg/dicts.py): never in the cache, so only these calls pay
+            _dicts.check_records_not_wrt(unwrap(f), args, _normalise_argnums(argnums, len(args))[0])
+            args = tuple(_dicts.to_tuples(a) for a in args)
+            return _dicts.to_dicts(run(args))
+        return run(args)
     g = _fast_wrapper(unwrap(f), cache, slow)
     if binder is not None:
         # defaults, keywords, a method's object or a partial's values (zyg/entry.py)

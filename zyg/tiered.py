@@ -31,9 +31,10 @@ the ordinary path (compile, then run):
 * the function (and every function it calls) has no effect but writing into its argument
   arrays: no ``print``, no random numbers (numba's and numpy's generators are distinct),
   no MPI, no call into Python code (``zyg.python_call``, object mode) or a user rule;
-* the arguments are numbers, ``None``, arrays and tuples of them (no lists or dicts, whose
-  contents a function may change), no two arrays share memory (copies would undo the
-  aliasing), and no argument is a function.
+* the arguments are numbers, arrays and tuples of them, or dicts of those (taken as
+  records); no lists (whose contents a function may change), no two arrays sharing memory
+  (copies would undo the aliasing), no function passed (its code is not checked);
+  arguments left at ``None`` are bound into the code, and the rest tiered.
 
 If the background build fails, the error is raised by the first call that finds it
 (after a python answer, the next call).  ``zyg.tiered.why_not(f)`` says why a function is
@@ -170,8 +171,9 @@ _REASONS: "Dict[Any, Optional[str]]" = {}
 def why_not(f: Any) -> Optional[str]:
     """Why calls of ``grad(f)`` are not tiered, or None when they may be (given arguments
     that qualify: numbers, arrays and tuples of them, none sharing memory)."""
+    from .entry import adapt
     from .ssa.lower import unwrap
-    fn = unwrap(f)
+    fn = unwrap(adapt(f)[0])    # a method, a partial, defaults: what grad(f) lowers
     got = _REASONS.get(fn, NO)
     if got is NO:
         got = _REASONS[fn] = _function_reason(getattr(fn, "py_func", fn), set())
@@ -189,8 +191,8 @@ def _leaves(a: Any, out: List[np.ndarray]) -> bool:
     if isinstance(a, np.ndarray):
         out.append(a)
         return a.dtype != object
-    if a is None or isinstance(a, (bool, int, float, complex, np.generic)):
-        return True
+    if isinstance(a, (bool, int, float, complex, np.generic)):
+        return True         # (None, like a function, is bound into the code first)
     if isinstance(a, tuple):
         return all(_leaves(x, out) for x in a)
     return False
@@ -264,6 +266,8 @@ class _Build:
         self.finished = threading.Event()
 
     def start(self, spec, copies: tuple) -> None:
+        with _TIERS_LOCK:
+            _INFLIGHT.add(self)
         threading.Thread(target=self._run, args=(spec, copies), daemon=True,
                          name=f"zyg-build-{spec.name}").start()
 
@@ -271,7 +275,7 @@ class _Build:
         entry = None
         hold = _HOLD_BUILD[0]
         if hold is not None:
-            hold.wait()
+            hold.wait(120)       # (a test hook; bounded, so a failing test cannot hang)
         try:
             with LOAD_LOCK:
                 spec.backend.prepare()
@@ -287,6 +291,8 @@ class _Build:
             self.done = True
             waiters, self.waiters = self.waiters, []
         self.finished.set()
+        with _TIERS_LOCK:
+            _INFLIGHT.discard(self)
         for ev in waiters:
             ev.set()
 
@@ -333,8 +339,10 @@ class _PythonRun:
 
 def call(spec, args: tuple) -> Any:
     """A tiered call of ``spec``'s code (see the module's docstring), or :data:`NO` where
-    the call takes the ordinary path."""
-    if spec.statics is not None or why_not(spec.f) is not None:
+    the call takes the ordinary path.  ``args``: positional, dicts already made tuples."""
+    if spec.statics and any(v is not None for v in spec.statics.values()):
+        return NO       # a function passed as an argument: its code is not checked
+    if why_not(spec.f) is not None:
         return NO
     arrays: List[np.ndarray] = []
     if not all(_leaves(a, arrays) for a in args):
@@ -395,7 +403,23 @@ def _after(spec, key, build: _Build) -> Any:
     return NO
 
 
-_TIERS_LOCK = threading.Lock()
+_TIERS_LOCK = threading.RLock()
+_INFLIGHT: "set[_Build]" = set()
+
+
+def wait(timeout: Optional[float] = None) -> bool:
+    """Wait until the background builds started so far have finished (their compiled code
+    installed, or their error kept for the next call); False if ``timeout`` seconds
+    passed first."""
+    import time
+    end = None if timeout is None else time.monotonic() + timeout
+    with _TIERS_LOCK:
+        builds = list(_INFLIGHT)
+    for b in builds:
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if not b.finished.wait(left):
+            return False
+    return True
 
 
 def _aliases(result: Any, copies: tuple) -> bool:
