@@ -323,3 +323,75 @@ def test_real_code_first_answers_agree_with_the_compiled_code(tiers, cid, case):
     for x, y in zip(a1, a2):
         if isinstance(x, np.ndarray):
             np.testing.assert_allclose(x, y, rtol=1e-12)
+
+
+TABLE = np.linspace(1.0, 2.0, 4)
+SCALE = 2.0
+
+
+def reads_table(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += TABLE[i] * x[i] ** 2 * SCALE
+    return s
+
+
+def writes_beside_table(x):
+    buf = np.zeros(x.shape[0])
+    for i in range(x.shape[0]):
+        buf[i] = TABLE[i] * x[i]
+    return np.sum(buf ** 2)
+
+
+def writes_table(x):
+    TABLE[0] += x[0]
+    s = np.sum(TABLE * x)
+    TABLE[0] -= x[0]
+    return s
+
+
+def writes_table_view(x):
+    t = TABLE[1:]
+    for i in range(t.shape[0]):
+        t[i] = t[i] * 1.0
+    return np.sum(t * x[1:])
+
+
+def test_globals_read_at_call_time_and_global_arrays_with_writes(tiers):
+    global SCALE
+    assert tiered.why_not(reads_table) is None
+    assert tiered.why_not(writes_beside_table) is None      # a local array written
+    assert "global or captured array" in tiered.why_not(writes_table)
+    assert "global or captured array" in tiered.why_not(writes_table_view)
+    hold = tiered._HOLD_BUILD[0] = threading.Event()
+    g = zyg.grad(reads_table)
+    x = np.linspace(0, 1, 4)
+    np.testing.assert_allclose(g(x), 2 * TABLE * x * SCALE, rtol=1e-14)
+    SCALE = 3.0         # changed while the build (which saw 2.0) has not started
+    try:
+        np.testing.assert_allclose(g(x), 2 * TABLE * x * 3.0, rtol=1e-14)
+        hold.set()
+        _finished(g)
+        np.testing.assert_allclose(g(x), 2 * TABLE * x * 3.0, rtol=1e-14)
+        TABLE[0] = 5.0
+        np.testing.assert_allclose(g(x), 2 * TABLE * x * 3.0, rtol=1e-14)
+    finally:
+        SCALE = 2.0
+        TABLE[0] = 1.0
+    g = zyg.grad(writes_table)
+    np.testing.assert_allclose(g(x), TABLE, rtol=1e-14)
+    assert not g._zyg.tiers
+
+
+def writes_arg_reads_table(x):
+    x[0] = 7.0
+    return np.sum(TABLE * x)
+
+
+def test_an_argument_sharing_memory_with_a_global_is_not_tiered(tiers):
+    # the ordinary path's refusal, not a python answer on a copy
+    g = zyg.value_and_grad(writes_arg_reads_table)
+    with pytest.raises(zyg.errors.AliasedArguments):
+        g(TABLE)
+    assert not g._zyg.tiers and tiers["python"] == 0
+    np.testing.assert_array_equal(TABLE, np.linspace(1.0, 2.0, 4))

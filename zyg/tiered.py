@@ -30,7 +30,8 @@ the ordinary path (compile, then run):
 
 * the function (and every function it calls) has no effect but writing into its argument
   arrays: no ``print``, no random numbers (numba's and numpy's generators are distinct),
-  no MPI, no call into Python code (``zyg.python_call``, object mode) or a user rule;
+  no MPI, no call into Python code (object mode) or a user rule, and no write into any
+  array where it reads a global or captured array (those are not copied);
 * the arguments are numbers, arrays and tuples of them, or dicts of those (taken as
   records); no lists (whose contents a function may change), no two arrays sharing memory
   (copies would undo the aliasing), no function passed (its code is not checked);
@@ -155,14 +156,77 @@ def _function_reason(fn: Any, seen: set) -> Optional[str]:
         ir = ssa_of(fn)
     except Exception as e:      # noqa: BLE001 - the ordinary path reports it
         return f"{getattr(fn, '__name__', 'a function')} is not lowered ({type(e).__name__})"
+    shared = _aliases_of_hidden(ir)
     for blk in ir.iter_blocks():
         for st in blk.stmts:
             why = _callee_reason(st.expr.fn, seen)
+            if why is None and shared and _may_write(st.expr, shared):
+                # the global or captured arrays are not copied: a python run stopped
+                # midway, or the background build's run beside it, would change them
+                why = "it may write into a global or captured array"
             if why is not None:
                 name = getattr(fn, "__name__", "f")
                 line = f", line {st.loc.lineno}" if getattr(st, "loc", None) is not None else ""
                 return f"{name}{line}: {why}"
     return None
+
+
+_WRITING_METHODS = ("copyto", "fill", "sort", "put", "place", "putmask", "itemset", "resize",
+                    "setflags", "partition", "at", "fill_diagonal")
+
+
+def _ids(ops) -> List[int]:
+    from .ssa.ir import Var
+    return [o.id for o in ops if isinstance(o, Var)]
+
+
+def _fresh(fn: Any) -> bool:
+    """Calls whose result never shares memory with an operand."""
+    return isinstance(fn, np.ufunc) or _module_of(fn) in ("operator", "_operator", "math", "cmath")
+
+
+def _aliases_of_hidden(ir) -> set:
+    """Ids of the values that may be (views of) the function's hidden parameters, the
+    global and captured arrays it reads: the hidden parameters, block parameters that may
+    receive one, and the results of calls given one (but arithmetic and ufuncs)."""
+    if ir.reads is None or not ir.reads.hidden:
+        return set()
+    out = {v.id for v in ir.params[ir.nargs:]}
+    changed = True
+    while changed:
+        changed = False
+        for blk in ir.iter_blocks():
+            for st in blk.stmts:
+                if st.var is not None and st.var.id not in out and not _fresh(st.expr.fn) \
+                        and any(i in out for i in _ids(st.expr.operands())):
+                    out.add(st.var.id)
+                    changed = True
+            for succ, sargs in (blk.term.successors() if blk.term else []):
+                for p, a in zip(ir.blocks[succ].params, sargs):
+                    if p.id not in out and any(i in out for i in _ids([a])):
+                        out.add(p.id)
+                        changed = True
+    return out
+
+
+def _may_write(call, shared: set) -> bool:
+    """Whether a statement may write into one of the values ``shared``: an assignment into
+    it, an in-place operator on it, an ``out=`` or a writing method, or a call of another
+    function it is passed to (conservatively)."""
+    from .ssa.prims import InPlace, SetItem
+    fn = call.fn
+    ops = _ids(call.operands())
+    if not any(i in shared for i in ops):
+        return False
+    if isinstance(fn, (SetItem, InPlace)):
+        return bool(call.args) and any(i in shared for i in _ids(call.args[:1]))
+    if "out" in call.kwargs or (getattr(fn, "__name__", "") or "") in _WRITING_METHODS:
+        return True
+    if _fresh(fn) or type(fn).__module__ == "zyg.ssa.prims" or isinstance(fn, type):
+        return False        # reads (indexing, attributes), arithmetic, constructors
+    # numpy's functions write into their operands only through out= or the names above;
+    # anything else (a user function, a bound method) may
+    return not (_under(_module_of(fn), ("numpy",)) and getattr(fn, "__self__", None) is None)
 
 
 _REASONS: "Dict[Any, Optional[str]]" = {}
@@ -347,8 +411,15 @@ def call(spec, args: tuple) -> Any:
     arrays: List[np.ndarray] = []
     if not all(_leaves(a, arrays) for a in args):
         return NO
-    for i in range(len(arrays)):
-        for j in range(i):
+    n = len(arrays)
+    from .ssa.build import ssa_of
+    reads = ssa_of(spec.f, spec.statics).reads
+    if reads is not None and reads.hidden:
+        # the global and captured arrays it reads: an argument sharing memory with one
+        # would be written on a copy while the function reads the original
+        arrays = arrays + [v for v in reads.values() if isinstance(v, np.ndarray)]
+    for i in range(n):
+        for j in range(i + 1, len(arrays)):
             if np.may_share_memory(arrays[i], arrays[j]):
                 return NO
     key = _fine_key(args)
