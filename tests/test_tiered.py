@@ -26,7 +26,7 @@ def tiers():
     tiered._HOLD_PYTHON[0] = None
 
 
-def _finished(g):
+def _finished(g=None):
     assert tiered.wait(300), "the background build did not finish"
 
 
@@ -395,3 +395,23 @@ def test_an_argument_sharing_memory_with_a_global_is_not_tiered(tiers):
         g(TABLE)
     assert not g._zyg.tiers and tiers["python"] == 0
     np.testing.assert_array_equal(TABLE, np.linspace(1.0, 2.0, 4))
+
+
+def divides(x):
+    return x[0] / x[1] + np.log(x[2])
+
+
+def test_no_numpy_warnings_from_the_python_run(tiers):
+    import warnings
+    hold = tiered._HOLD_BUILD[0] = threading.Event()
+    x = np.array([1.0, 0.0, -1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = zyg.value_and_grad(divides)(x)
+    assert tiers["python"] == 1
+    hold.set()
+    _finished(None)
+    zyg.set_tiered(False)
+    r0 = zyg.value_and_grad(divides)(x)
+    np.testing.assert_array_equal(r[1], r0[1])
+    assert np.isnan(r[0]) and np.isnan(r0[0])

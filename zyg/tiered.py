@@ -378,7 +378,9 @@ class _PythonRun:
                 hold = _HOLD_PYTHON[0]
                 while hold is not None and not hold.wait(0.005):
                     pass        # (a wait that a preemption can interrupt)
-                r, e = self.fn(*self.copies), None
+                # numba's compiled code warns of no inf or nan: neither does its stand-in
+                with np.errstate(all="ignore"):
+                    r, e = self.fn(*self.copies), None
             except _Preempted:
                 return
             except BaseException as exc:    # noqa: BLE001 - the caller decides
