@@ -415,3 +415,24 @@ def test_no_numpy_warnings_from_the_python_run(tiers):
     r0 = zyg.value_and_grad(divides)(x)
     np.testing.assert_array_equal(r[1], r0[1])
     assert np.isnan(r[0]) and np.isnan(r0[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_fork_waits_for_the_build_in_flight(tiers):
+    hold = tiered._HOLD_BUILD[0] = threading.Event()
+    g = zyg.grad(divides)
+    x = np.array([1.0, 2.0, 3.0])
+    g(x)
+    assert tiers["python"] == 1 and tiered._INFLIGHT
+    threading.Timer(0.3, hold.set).start()
+    r, w = os.pipe()
+    pid = os.fork()         # waits (os.register_at_fork) until the build is in
+    if pid == 0:
+        try:
+            os.write(w, b"ok" if not tiered._INFLIGHT and g._zyg.cached((x,)) is not None else b"no")
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 2) == b"ok"
+    assert not tiered._INFLIGHT

@@ -354,9 +354,9 @@ class _Build:
         with self.lock:
             self.done = True
             waiters, self.waiters = self.waiters, []
-        self.finished.set()
         with _TIERS_LOCK:
             _INFLIGHT.discard(self)
+        self.finished.set()
         for ev in waiters:
             ev.set()
 
@@ -493,6 +493,13 @@ def wait(timeout: Optional[float] = None) -> bool:
         if not b.finished.wait(left):
             return False
     return True
+
+
+# a fork while a build holds numba's compiler lock would leave the child a lock that no
+# thread of it will release (multiprocessing's fork start method, dask's process pools):
+# forks wait for the builds in flight
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=wait)
 
 
 def _aliases(result: Any, copies: tuple) -> bool:
