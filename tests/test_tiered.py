@@ -20,7 +20,9 @@ def tiers():
     zyg.set_tiered(True)
     for k in tiered.STATS:
         tiered.STATS[k] = 0
+    warm, tiered.WARM_WAIT = tiered.WARM_WAIT, 0.0     # the race itself, cache or not
     yield tiered.STATS
+    tiered.WARM_WAIT = warm
     zyg.set_tiered(False)
     tiered._HOLD_BUILD[0] = None
     tiered._HOLD_PYTHON[0] = None
@@ -436,3 +438,24 @@ def test_a_fork_waits_for_the_build_in_flight(tiers):
     os.waitpid(pid, 0)
     assert os.read(r, 2) == b"ok"
     assert not tiered._INFLIGHT
+
+
+def warm_loop(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += np.tanh(x[i]) * x[i]
+    return s
+
+
+def test_code_cached_on_disk_is_loaded_rather_than_raced(tiers, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZYG_CACHE_DIR", str(tmp_path))
+    x = np.linspace(0, 1, 5)
+    zyg.set_tiered(False)
+    expect = zyg.grad(warm_loop)(x)         # compiled, and written to the disk cache
+    zyg.reset_caches()
+    zyg.set_tiered(True)
+    assert tiered._looks_cached("warm_loop")
+    tiered.WARM_WAIT = 60.0
+    r = zyg.grad(warm_loop)(x)
+    assert tiers == {"python": 0, "preempted": 0, "python_raised": 0}
+    np.testing.assert_array_equal(r, expect)

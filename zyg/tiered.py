@@ -433,11 +433,16 @@ def call(spec, args: tuple) -> Any:
         return NO
     from .numerics import install_sigint_guard
     install_sigint_guard()          # in the caller's (main) thread, as a cpu build would
+    fresh = False
     with _TIERS_LOCK:
         build = spec.tiers.get(key)
         if build is None:
             build = spec.tiers[key] = _Build()
             build.start(spec, tuple(_copy(a) for a in args))
+            fresh = True
+    if fresh and _looks_cached(spec.name) and build.finished.wait(WARM_WAIT):
+        # machine code on disk: loading it beats a python run that would share the GIL
+        return _after(spec, key, build)
     wake = threading.Event()
     with build.lock:
         if build.done:
@@ -500,6 +505,26 @@ def wait(timeout: Optional[float] = None) -> bool:
 # forks wait for the builds in flight
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=wait)
+
+
+#: seconds a first call waits for a build that looks cached on disk before the python run
+WARM_WAIT = 1.0
+
+
+def _looks_cached(name: str) -> bool:
+    """Whether numba's disk cache holds an index for a generated module of a function of
+    this name (a hint only: which path answers, never what it answers)."""
+    import glob
+    from .compile import cache_dir
+    pattern = f"{glob.escape(name)}_*.nbi"
+    try:
+        from numba.core.config import CACHE_DIR
+    except ImportError:         # pragma: no cover
+        CACHE_DIR = ""
+    places = [os.path.join(cache_dir(), "__pycache__")]
+    if CACHE_DIR:
+        places.append(os.path.join(CACHE_DIR, "**"))
+    return any(glob.glob(os.path.join(p, pattern), recursive=True) for p in places)
 
 
 def _aliases(result: Any, copies: tuple) -> bool:
