@@ -332,6 +332,13 @@ def _conj_operands(c: Ctx) -> Tuple[str, str]:
     return c.x[0], c.x[1]
 
 
+def outer_of(u: str, v: str) -> str:
+    """Text of ``np.outer(u, v)`` for 1-D ``u`` and ``v``: a broadcast product (numba's
+    np.outer adds ~1 s to a first call's compile; the product shares the array-expression
+    code the gradient compiles anyway)."""
+    return f"(np.expand_dims({u}, 1) * ({v}))"
+
+
 def _dot(c: Ctx, i: int) -> Optional[str]:
     # ``a.T @ dy`` with no copy: the transpose of a C array is an F array, which numba
     # hands to BLAS as it is (a copy of the transpose cost 5x the product itself for a
@@ -344,9 +351,9 @@ def _dot(c: Ctx, i: int) -> Optional[str]:
     if (na, nb) == (1, 1):
         return f"{dy} * {b}" if i == 0 else f"{dy} * {a}"
     if (na, nb) == (2, 1):
-        return f"np.outer({dy}, {b})" if i == 0 else f"{a}.T @ {dy}"
+        return outer_of(dy, b) if i == 0 else f"{a}.T @ {dy}"
     if (na, nb) == (1, 2):
-        return f"{b} @ {dy}" if i == 0 else f"np.outer({a}, {dy})"
+        return f"{b} @ {dy}" if i == 0 else outer_of(a, dy)
     if (na, nb) == (2, 2):
         return f"{dy} @ {b}.T" if i == 0 else f"{a}.T @ {dy}"
     raise _RuleError("np.dot / @ are differentiable for 1-D and 2-D operands")
@@ -375,7 +382,7 @@ def _inner(c: Ctx, i: int) -> Optional[str]:
     if (na, nb) in ((1, 1), (2, 1)) or na == 0 or nb == 0:
         return _dot(c, i)
     if (na, nb) == (1, 2):            # y = b @ a
-        return f"{dy} @ {b}" if i == 0 else f"np.outer({dy}, {a})"
+        return f"{dy} @ {b}" if i == 0 else outer_of(dy, a)
     if (na, nb) == (2, 2):            # y = a @ b.T
         return f"{dy} @ {b}" if i == 0 else f"{dy}.T @ {a}"
     raise _RuleError("np.inner is differentiable for 1-D and 2-D operands")

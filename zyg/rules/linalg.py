@@ -34,7 +34,7 @@ import numpy as np
 from ..ssa import analysis
 from ..ssa.analysis import array_dtype, array_kind, array_ndim, is_array, tuple_kind
 from ..ssa.prims import Prim
-from .arrays import _NOCONST, ARule, Ctx, _RuleError
+from .arrays import _NOCONST, ARule, Ctx, _RuleError, outer_of
 
 try:
     import scipy.linalg as _sla
@@ -81,7 +81,7 @@ def _solve(c: Ctx, i: int) -> Optional[str]:
     g = f"np.linalg.solve({_T(c.x[0])}, {c.dy})"
     if i == 1:
         return g
-    return f"-np.outer({g}, {c.y})" if c.nd(1) == 1 else f"-({g} @ {_T(c.y)})"
+    return f"-{outer_of(g, c.y)}" if c.nd(1) == 1 else f"-({g} @ {_T(c.y)})"
 
 
 def _solve_fwd(c: Ctx, i: int) -> str:
@@ -916,6 +916,32 @@ def chol_fwd(L, dA):
     return L @ P
 
 
+def _lower_half_diag(M):
+    """M's lower triangle with its diagonal halved, in place (Phi in Murray's rules)."""
+    n = M.shape[0]
+    for i in range(n):
+        for j in range(i + 1, n):
+            M[i, j] = 0.0
+        M[i, i] *= 0.5
+    return M
+
+
+def chol_back_loops(L, dL):
+    """chol_back for compiled code: triangular solves by substitution (numba's
+    np.linalg.solve and np.tril cost ~5 s of a first call's compile)."""
+    P = lower_half_diag(np.ascontiguousarray(L.T) @ dL)
+    X = solve_triangular(L, P, True, 1, False)                        # L^-T P
+    S = np.ascontiguousarray(solve_triangular(L, np.ascontiguousarray(X.T), True, 1, False).T)
+    return sym_to_triangle(S, True)
+
+
+def chol_fwd_loops(L, dA):
+    dS = sym_from_triangle(dA, True)
+    A = solve_triangular(L, dS, True, 0, False)                        # L^-1 dA
+    M = np.ascontiguousarray(solve_triangular(L, np.ascontiguousarray(A.T), True, 0, False).T)
+    return L @ lower_half_diag(M)
+
+
 def diag_of(dy, k):
     """The cotangent of v in np.diag(v, k): the k-th diagonal of dy."""
     n = dy.shape[0] - abs(k)
@@ -1313,7 +1339,7 @@ def cho_solve_back_c(c, lower, g, x):
 
 # name in generated code -> (python implementation, the one numba compiles, its helpers)
 _HELPER_FNS: Dict[str, Tuple[Callable, Callable]] = {
-    "_zyg_chol_back": (chol_back, chol_back), "_zyg_chol_fwd": (chol_fwd, chol_fwd),
+    "_zyg_chol_back": (chol_back, chol_back_loops), "_zyg_chol_fwd": (chol_fwd, chol_fwd_loops),
     "_zyg_diag_of": (diag_of, diag_of), "_zyg_diag_into": (diag_into, diag_into),
     "_zyg_kron_back0": (kron_back0, kron_back0), "_zyg_kron_back1": (kron_back1, kron_back1),
     "_zyg_norm_axis": (norm_axis, norm_axis), "_zyg_norm_axis_back": (norm_axis_back, norm_axis_back),
@@ -1337,7 +1363,8 @@ _HELPER_FNS: Dict[str, Tuple[Callable, Callable]] = {
 }
 # module-level names the helpers call (bound to the compiled versions on target "cpu")
 _INNER = {"sym_to_triangle": sym_to_triangle, "sym_from_triangle": sym_from_triangle,
-          "chol_back": chol_back, "chol_fwd": chol_fwd, "line_norm": _line_norm,
+          "chol_back": chol_back_loops, "chol_fwd": chol_fwd_loops, "line_norm": _line_norm,
+          "lower_half_diag": _lower_half_diag,
           "line_norm_back": _line_norm_back,
           "qr_check": _qr_check, "copyltu": _copyltu, "times_rinv_t": _times_rinv_t,
           "qr_fwd_parts": _qr_fwd_parts, "lstsq_check": _lstsq_check,
@@ -1363,10 +1390,11 @@ def helpers(backend: Any) -> Dict[str, Any]:
         import inspect
         import textwrap
         g: Dict[str, Any] = {"np": np}
-        order = ["sym_to_triangle", "sym_from_triangle", "chol_back", "chol_fwd", "line_norm",
+        order = ["sym_to_triangle", "sym_from_triangle", "solve_triangular", "lower_half_diag",
+                 "chol_back", "chol_fwd", "line_norm",
                  "line_norm_back",
                  "qr_check", "copyltu", "times_rinv_t", "qr_fwd_parts", "lstsq_check",
-                 "solve_triangular", "tri_mask", "cho_solve_loops"]
+                 "tri_mask", "cho_solve_loops"]
         compiled: Dict[str, Any] = {}
 
         def jit_of(fn):
