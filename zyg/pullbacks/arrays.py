@@ -69,9 +69,10 @@ def inplace_src(target: str, op: str, expr: str) -> str:
     """``target op= expr`` on an array without rebinding a name: ``name += e`` makes
     numba 0.68 give the name a second definition, which its SSA reconstruction then
     mixed up with the first one inside deep branches (a size-0 array, out of bounds).
-    Subscripts (``a[1:3] += e``) are stores and stay as they are."""
-    if isinstance(ast.parse(target, mode="eval").body, ast.Subscript):
-        return f"{target} {op}= {expr}"
+    A subscript target is a view (basic indexing: the callers pass views of shadows and
+    of arrays): the ufunc writes into it too, where ``a[1:3] += e`` would store the sum
+    back through numba's slice assignment, whose shape-mismatch message alone costs a
+    first call ~2.5 s of compiling."""
     return f"{_UFUNC[op]}({target}, {expr}, {target})"
 
 
@@ -1274,6 +1275,10 @@ class ArrayMixin:
                 from .atomics import atomic_add
                 f = self.ns.ref(atomic_add(self.p.backend, len(fn.spec)), "_zyg_atomic_add")
                 code.add(ind, f"{f}({self.shadow(base, local)}, ({idx},), {dy})", st.loc)
+            elif base.id in self.p.active and self.is_arr(st.var):
+                # a view (basic indexing): added into in place, no slice assignment
+                # (inplace_src)
+                code.add(ind, inplace_src(f"{self.shadow(base, local)}[{idx}]", "+", dy), st.loc)
             elif base.id in self.p.active:
                 code.add(ind, f"{self.shadow(base, local)}[{idx}] += {dy}", st.loc)
             self.consume(st.var, loop, ind, code)
