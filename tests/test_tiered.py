@@ -12,6 +12,7 @@ import pytest
 import zyg
 from zyg import tiered
 from zyg.errors import CompileError
+from tests.realworld.timeseries import ses_sse     # an argument left at None
 
 
 @pytest.fixture
@@ -254,16 +255,6 @@ def test_reset_caches_forgets_tiers(tiers):
     assert not g._zyg.tiers
 
 
-def optional_start(y, alpha=0.3, init=None):
-    level = y[0] if init is None else init
-    sse = 0.0
-    for t in range(1, y.shape[0]):
-        e = y[t] - level
-        sse += e * e
-        level += alpha * e
-    return sse
-
-
 def record_params(p, x):
     return np.sum((p["a"] * x - p["b"]) ** 2)
 
@@ -271,15 +262,15 @@ def record_params(p, x):
 def test_none_defaults_and_dicts_are_tiered(tiers):
     y = np.cumsum(np.linspace(0.1, 1.0, 8))
     hold = tiered._HOLD_BUILD[0] = threading.Event()
-    g = zyg.value_and_grad(optional_start, (0, 1))
+    g = zyg.value_and_grad(ses_sse, (0, 1))
     r = g(y, 0.45)
     assert tiers["python"] == 1
     hold.set()
     zyg.set_tiered(False)
-    r0 = zyg.value_and_grad(optional_start, (0, 1))(y, 0.45)
+    r0 = zyg.value_and_grad(ses_sse, (0, 1))(y, 0.45)
     _same(r, r0, 1e-13)
     r1 = g(y, 0.45, 2.0)        # init given: another specialisation, not tiered now
-    _same(r1, zyg.value_and_grad(optional_start, (0, 1))(y, 0.45, 2.0), 1e-13)
+    _same(r1, zyg.value_and_grad(ses_sse, (0, 1))(y, 0.45, 2.0), 1e-13)
     zyg.set_tiered(True)
     tiers["python"] = 0
     hold = tiered._HOLD_BUILD[0] = threading.Event()

@@ -443,6 +443,21 @@ def _guarded(fn, reads, sig, spec) -> Callable:
     return call
 
 
+def _tierable(target: str, mode: str) -> bool:
+    """Whether first calls of this target and mode may be tiered (zyg/tiered.py)."""
+    return target == "cpu" and mode in ("grad", "value_and_grad")
+
+
+def _first_call(spec: _Specializer, args: tuple, tiers: bool) -> Any:
+    """A call that found no compiled code for its types: tiered where allowed and on,
+    else built (and compiled) first."""
+    if tiers and tiered.enabled():
+        r = tiered.call(spec, args)
+        if r is not tiered.NO:
+            return r
+    return spec.build(args)(*args)
+
+
 class _StaticDispatch:
     """Cache entry for calls with function arguments: one specialiser per tuple of
     functions passed (they are inlined), called with the other arguments."""
@@ -478,17 +493,12 @@ class _StaticDispatch:
             sub_argnums = tuple(kept) if kept else (0 if dyn else ())
         sub = _Specializer(outer.f, sub_argnums, outer.target, mode, statics)
         # arguments left at None may be tiered (zyg/tiered.py); functions passed are not
-        tiers = (outer.target == "cpu" and mode in ("grad", "value_and_grad")
-                 and all(v is None for v in statics.values()))
+        tiers = _tierable(outer.target, mode) and all(v is None for v in statics.values())
 
         def call(*d):
             fn = sub.cache.get(_type_key(d))
             if fn is None:
-                if tiers and tiered.enabled():
-                    r = tiered.call(sub, d)
-                    if r is not tiered.NO:
-                        return r
-                fn = sub.build(d)
+                return _first_call(sub, d, tiers)
             return fn(*d)
         value = mode == "value_and_grad"
 
@@ -847,15 +857,10 @@ def transform(f, argnums, target: str, mode: str, doc: str) -> Callable:
     spec = _Specializer(f, argnums, target, mode)
     cache = spec.cache
 
-    tiers = target == "cpu" and mode in ("grad", "value_and_grad")
+    tiers = _tierable(target, mode)
 
     def run(args):
-        if tiers and tiered.enabled():
-            r = tiered.call(spec, args)
-            if r is not tiered.NO:
-                return r
-        entry = spec.build(args)
-        return entry(*args)
+        return _first_call(spec, args, tiers)
 
     def slow(args):
         if _dicts.has_dict(args):
