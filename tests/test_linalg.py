@@ -308,3 +308,45 @@ def test_forward_mode_of_inv_through_a_list():
     Ai = np.linalg.inv(A)
     assert y == pytest.approx(np.sum(Ai), rel=1e-12)
     assert dy == pytest.approx(-np.sum(Ai @ dA @ Ai), rel=1e-10)
+
+
+# --- forward against reverse where the compiled adjoints changed (session 16: cholesky by
+# substitution, outer products as broadcast products, slice reads added into views) ---------
+def _chol_user(A, z):
+    L = np.linalg.cholesky(A)
+    return np.sum(np.sin(L @ z)) + np.sum(L * L)
+
+
+def _window_user(x):
+    s = 0.0
+    for i in range(x.shape[0] - 2):
+        w = x[i:i + 3]
+        s += np.sum(w * w) * x[i]
+    return s
+
+
+def _inner_solve_user(a, B):
+    return np.sum(np.inner(a, B) ** 2) + np.sum(np.linalg.solve(B @ B.T + 3 * np.eye(3), a) ** 2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["cholesky", "window", "inner_solve"])
+def test_forward_and_reverse_agree(name, target):
+    rng = np.random.default_rng(3)
+    M = rng.normal(size=(3, 3))
+    f, args = {"cholesky": (_chol_user, (M @ M.T + 3 * np.eye(3), rng.normal(size=3))),
+               "window": (_window_user, (rng.normal(size=7),)),
+               "inner_solve": (_inner_solve_user, (rng.normal(size=3), rng.normal(size=(3, 3))))}[name]
+    x, rest = args[0], args[1:]
+    v = rng.normal(size=x.shape)
+    if name == "cholesky":
+        v = v + v.T                 # a symmetric direction (the lower triangle is read)
+    g = zyg.grad(f, target=target)(*args)
+    _, ty = zyg.jvp(f, args, (v,) + tuple(np.zeros_like(r) for r in rest), target=target)
+    np.testing.assert_allclose(ty, np.sum(g * v), rtol=1e-12, atol=1e-12)
+    if name == "cholesky":
+        return                      # second order through cholesky's adjoint has no rule yet
+    hv = zyg.hvp(f, x, v, *rest, target=target)
+    h = 1e-5
+    fd = (zyg.grad(f, target=target)(x + h * v, *rest) - zyg.grad(f, target=target)(x - h * v, *rest)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-7, atol=1e-8 * max(1.0, float(np.max(np.abs(fd)))))
