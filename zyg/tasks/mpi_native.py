@@ -375,21 +375,32 @@ def _handle_{tag}(like, copies):
     return np.zeros(HEAD + copies * nw, np.int64)
 
 
+def _post_send_{tag}(h, a, src, k, dest, tag):
+    """Copy ``src`` into the handle's k-th buffer and send it (request k)."""
+    b = _data_{tag}(h, a, k)
+    b[:] = np.ascontiguousarray(src).reshape(a.size)
+    c_isend(b, dest, tag, h[k:k + 1])
+
+
+def _post_recvs_{tag}(like, source, tag, copies):
+    """A handle with ``copies`` receive buffers, each receive posted."""
+    if source < 0:
+        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
+    h = _handle_{tag}(like, copies)
+    for k in range(copies):
+        c_irecv(_data_{tag}(h, like, k), source, tag, h[k:k + 1])
+    return h
+
+
 def isend_start_{tag}(x, dest, tag):
     a = np.ascontiguousarray(x)
     h = _handle_{tag}(a, 1)
-    b = _data_{tag}(h, a, 0)
-    b[:] = a.reshape(a.size)
-    c_isend(b, dest, tag, h[0:1])
+    _post_send_{tag}(h, a, a, 0, dest, tag)
     return h
 
 
 def irecv_start_{tag}(like, source, tag):
-    if source < 0:
-        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
-    h = _handle_{tag}(like, 1)
-    c_irecv(_data_{tag}(h, like, 0), source, tag, h[0:1])
-    return h
+    return _post_recvs_{tag}(like, source, tag, 1)
 
 
 def isend_wait_{tag}(h, x, dest, tag):
@@ -407,22 +418,13 @@ def irecv_wait_{tag}(h, like, source, tag):
 def isend_start2_{tag}(x, tx, dest, tag):
     a = np.ascontiguousarray(x)
     h = _handle_{tag}(a, 2)
-    b = _data_{tag}(h, a, 0)
-    b[:] = a.reshape(a.size)
-    c_isend(b, dest, tag, h[0:1])
-    b1 = _data_{tag}(h, a, 1)
-    b1[:] = np.ascontiguousarray(tx).reshape(a.size)
-    c_isend(b1, dest, tag, h[1:2])
+    _post_send_{tag}(h, a, a, 0, dest, tag)
+    _post_send_{tag}(h, a, tx, 1, dest, tag)
     return h
 
 
 def irecv_start2_{tag}(like, source, tag):
-    if source < 0:
-        raise ValueError("zyg: a receive from any source cannot be differentiated; pass the rank")
-    h = _handle_{tag}(like, 2)
-    c_irecv(_data_{tag}(h, like, 0), source, tag, h[0:1])
-    c_irecv(_data_{tag}(h, like, 1), source, tag, h[1:2])
-    return h
+    return _post_recvs_{tag}(like, source, tag, 2)
 
 
 def isend_wait2_{tag}(h):
@@ -480,7 +482,7 @@ def natives(jit, options: str) -> Dict[int, Any]:
                             "__name__": __name__}
     glob.update(_build(bits))
     exec(compile(_SRC.format(tag=tag), f"<zyg mpi natives {tag}>", "exec"), glob)
-    for name in ("_data", "_handle"):       # helpers the others call: compiled first
+    for name in ("_data", "_handle", "_post_send", "_post_recvs"):  # helpers the others call
         glob[f"{name}_{tag}"] = jit(glob[f"{name}_{tag}"])
     got = {id(getattr(mpi, name)): jit(glob[f"{name}_{tag}"])
            for name in ("sendrecv_", "sendrecv_back", "allreduce_sum", "bcast_from", "reduce_sum",
