@@ -198,21 +198,15 @@ def test_show_prints_the_loop_pair():
 def test_reloaded_from_the_disk_cache_in_a_second_process(tmp_path):
     """The gradient and the loop's pair (parallel functions) are loaded from numba's disk
     cache in a second process: nothing is compiled again and the gradient is the same."""
-    assert_second_process_compiles_nothing(tmp_path, """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert_second_process_compiles_nothing(tmp_path, f"""
+import sys
+sys.path.insert(0, {root!r})
 import numpy as np, zyg
-from numba import prange
-def heat(u, c):
-    n = u.shape[0]
-    a = u.copy()
-    b = np.empty(n)
-    for t in range(3):
-        for i in prange(n):
-            b[i] = a[i] + c * (a[(i + n - 1) % n] - 2.0 * a[i] + a[(i + 1) % n])
-        a, b = b, a
-    return np.sum(a * a * u)
-g = zyg.grad(heat, argnums=(0, 1), target="cpu")(np.linspace(0.0, 1.0, 16), 0.2)
+from tests.prange.cases import stencil
+g = zyg.grad(stencil, argnums=(0, 1), target="cpu")(np.linspace(0.0, 1.0, 16), 0.2)
 RESULT = (g[0].tolist(), g[1])
-""", "heat")
+""", "stencil")
 
 
 def _live(cls):
