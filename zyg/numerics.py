@@ -256,10 +256,6 @@ def sigint_deferred():
 _NUMBA_READY = [False]
 
 
-def _warm(x):
-    return x + 1.0
-
-
 def numba_ready() -> None:
     """Import numba and set up what its first compile sets up (its registries of typing and
     lowering, the compiler's modules), with Ctrl-C deferred.
@@ -281,7 +277,10 @@ def numba_ready() -> None:
         cpu_target.typing_context.refresh()
         cpu_target.target_context.refresh()
         _install_dead_global_sweep()
-        numba.njit(_warm)(1.0)
+        # the modules numba's first compile imports on its own (compiling a throwaway
+        # function instead costs every process 0.04 s, a warm disk cache's load included)
+        import numba.core.boxing                # noqa: F401
+        import numba.core.runtime.context       # noqa: F401
         _NUMBA_READY[0] = True
 
 

@@ -1387,8 +1387,7 @@ def helpers(backend: Any) -> Dict[str, Any]:
             got.setdefault(name, f)
         return got
     if "_zyg_chol_back" not in got:
-        import inspect
-        import textwrap
+        import types
         g: Dict[str, Any] = {"np": np}
         order = ["sym_to_triangle", "sym_from_triangle", "solve_triangular", "lower_half_diag",
                  "chol_back", "chol_fwd", "line_norm",
@@ -1398,12 +1397,10 @@ def helpers(backend: Any) -> Dict[str, Any]:
         compiled: Dict[str, Any] = {}
 
         def jit_of(fn):
-            src = textwrap.dedent(inspect.getsource(fn))
+            # the same code over globals where the loops it calls are the compiled ones
             ns = dict(g)
             ns.update(compiled)
-            code = compile(src, inspect.getsourcefile(fn) or "<zyg-linalg>", "exec")
-            exec(code, ns)
-            return njit(ns[fn.__name__])
+            return njit(types.FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__))
         for name in order:
             compiled[name] = jit_of(_INNER[name])
         for name, (_, loops) in _HELPER_FNS.items():
