@@ -5,7 +5,7 @@ SSA reconstruction and rewrite passes (``backends.cpu.generated_pipeline``): num
 joined every multiply-assigned value at the loop header with a reference-counted copy in
 every case, quadratic in the function (the Hessian of ``loop_array`` below: 12 MB of LLVM IR,
 52 s; now 12 s).  Where numba cannot type a module that way, every function of the module is
-compiled again with numba's default pipeline (``driver._with_numba_ssa``).  Values are the
+compiled again with numba's default pipeline (``build._with_numba_ssa``).  Values are the
 same either way: the Hessians are checked against closed forms and finite differences.
 """
 import sys
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import zyg
-from zyg import driver
+from zyg import build
 from zyg.backends.cpu import generated_pipeline
 
 
@@ -86,13 +86,13 @@ def test_a_module_numba_cannot_type_without_ssa_is_compiled_with_numba_ssa():
     for f in (_typed_only_with_ssa, _helper):
         g = type(f)(f.__code__, glob, f.__name__)
         glob[f.__name__] = numba.njit(pipeline_class=pipe)(g)
-    first = driver._FirstCall(glob["_typed_only_with_ssa"], "<test>", {}, "_typed_only_with_ssa")
+    first = build.FirstCall(glob["_typed_only_with_ssa"], "<test>", {}, "_typed_only_with_ssa")
     x = np.arange(3, dtype=np.float32)
     assert first(x, True) == pytest.approx(float((x * 2 + 1).sum()))
     assert first(x, False) == 2.0
     # every function of the module was replaced, callee included
-    assert not driver._without_ssa(glob["_typed_only_with_ssa"])
-    assert not driver._without_ssa(glob["_helper"])
+    assert not build._without_ssa(glob["_typed_only_with_ssa"])
+    assert not build._without_ssa(glob["_helper"])
     # without SSA numba does refuse it: the fallback was needed
     bare = numba.njit(pipeline_class=pipe)(type(_helper)(_helper.__code__, {"np": np}, "_helper"))
     with pytest.raises(numba.core.errors.TypingError):

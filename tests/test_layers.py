@@ -23,13 +23,14 @@ LAYERS = [
     ("transforms", lambda m: (m == "zyg.pullbacks" or m.startswith("zyg.pullbacks.")) and
      m not in NESTED),
     ("back ends", lambda m: m == "zyg.compile" or m == "zyg.backends" or m.startswith("zyg.backends.")),
-    ("driver", lambda m: m in ("zyg.driver", "zyg.safety", "zyg.entry", "zyg.tiered")),
+    ("driver", lambda m: m in ("zyg.driver", "zyg.build", "zyg.safety", "zyg.entry", "zyg.tiered")),
     ("nested transforms", lambda m: m in NESTED),
     ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table",
                             "zyg.cuda", "zyg.cuda_kernel", "zyg.cuda_tape", "zyg.sparse") or m == "zyg.tasks" or m.startswith("zyg.tasks.") or
      m == "zyg.interop" or m.startswith("zyg.interop.")),
 ]
-NESTED = ("zyg.pullbacks.ckloop", "zyg.pullbacks.recursion", "zyg.pullbacks.gradcall")
+NESTED = ("zyg.pullbacks.ckloop", "zyg.pullbacks.recursion", "zyg.pullbacks.gradcall",
+          "zyg.pullbacks.recpairs")
 
 
 def _modules() -> Dict[str, str]:
@@ -136,3 +137,36 @@ def test_the_checker_sees_cycles_and_upward_imports():
 def test_every_layer_is_documented(layer):
     with open(os.path.join(os.path.dirname(ROOT), "docs", "design.md"), encoding="utf-8") as fh:
         assert layer in fh.read().lower()
+
+
+def _module_loads(tree) -> List[int]:
+    """Lines of calls ``x.load(code, ns, names, stem)`` (a back end's module load: four or
+    more arguments) outside a method named ``load`` (a back end's own override)."""
+    out: List[int] = []
+
+    def visit(node, in_load: bool):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_load = in_load or node.name == "load"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "load" and len(node.args) + len(node.keywords) >= 4 and not in_load:
+            out.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_load)
+    visit(tree, False)
+    return out
+
+
+def test_generated_modules_reach_a_back_end_only_through_the_build_step():
+    """One build step (zyg/build.py, issue 25): every mode hands its generated module to
+    the back end through ``build.load``, so a back end plugs in once."""
+    bad = []
+    for m, path in sorted(_modules().items()):
+        if m == "zyg.build":
+            continue
+        with open(path, encoding="utf-8") as fh:
+            lines = _module_loads(ast.parse(fh.read(), path))
+        bad += [f"{path}:{ln}" for ln in lines]
+    assert not bad, "Backend.load called outside zyg/build.py: " + ", ".join(bad)
+    # the check sees a call, and lets a back end's override call its base
+    assert _module_loads(ast.parse("backend.load(code, ns, names, stem)\n")) == [1]
+    assert _module_loads(ast.parse("def load(self, a, b, c, d):\n    Base.load(self, a, b, c, d)\n")) == []

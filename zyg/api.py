@@ -17,14 +17,15 @@ from . import dicts as _dicts, safety
 from .caches import invalidate, on_invalidate
 from .compile import LOAD_LOCK
 from . import backends
-from .driver import (_FirstCall, _Specializer, _checked, _flatten_args, _full_args,  # noqa: F401
+from .build import FirstCall as _FirstCall, ForwardMode, Fused, Split, load
+from .driver import (_Specializer, _flatten_args, _full_args,  # noqa: F401
                      _grad_source, _grad_source_of_kinds, _kinds, _normalise_argnums, _with_hidden,
                      has_foreign,
                      Back, make_object, pullback as _pullback, ssa_of, to_native, transform)
 from .entry import adapt
 from .errors import TypeMismatch, UnsupportedSyntax
 from .rules.higher import Checkpointed
-from .pullbacks.transform import emit_fused, emit_split, plan
+from .pullbacks.transform import plan
 from .ssa.analysis import differentiable, is_array, kind_of_value
 from .ssa.emit import Def, For, If, While, _ident
 from .ssa.lower import unwrap
@@ -152,8 +153,8 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
     wrt, _ = _normalise_argnums(argnums, ir.nargs)
     p = plan(ir, kinds, wrt, backends.get("python"))
     name = _ident(ir.name)
-    code, _, _, _ = emit_split(p, name)
-    _, fused, _, _, _, _, _ = emit_fused(p, name + "_vg", zero_guards=False)
+    code = Split().emit(p, name).code
+    fused = Fused(zero_guards=False).emit(p, name + "_vg").code
     kinds_line = ", ".join(f"{q}: {p.kinds.get(q.id)}" for q in ir.params)
     act = ", ".join(f"%{v}" for v in sorted(p.active)) or "(none)"
     text = (f"=== SSA IR of {ir.name} ===\n{p.fn}\n\n"
@@ -409,27 +410,25 @@ def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None, scalar_key=No
     """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once), with a
     tangent for the arguments ``wrt`` (every float argument by default).  A vector form
     without array math puts ``scalar_key`` in ``_SCALAR_VECTOR_FORMS``."""
-    from .pullbacks.forward import Forward, check_forward_kinds
+    from .pullbacks.forward import check_forward_kinds
     if wrt is None:
         wrt = [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)]
     p = plan(ir, kinds, list(wrt), backend)
     check_forward_kinds(p)
+    stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp" + ("k" if batched else "")
     if batched:
-        from .pullbacks.forward_batched import BatchedForward, NotBatched
-        fwd = BatchedForward(p)
+        from .pullbacks.forward_batched import NotBatched
         try:
-            code = fwd.emit(f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk")
+            prog = ForwardMode(batched=True).emit(p, stem)
         except NotBatched:
             return (None,)
-        if not fwd.array_math and scalar_key is not None:
+        if not prog.info.array_math and scalar_key is not None:
             _SCALAR_VECTOR_FORMS.add(scalar_key)
-        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvpk"
     else:
-        fwd = Forward(p)
-        stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_jvp"
-        code = fwd.emit(stem)
-    (fn,), path, locs = backend.load(code, fwd.ns.ns, [stem], stem)
-    fn = _checked(fn, path, locs, ir.name)
+        prog = ForwardMode().emit(p, stem)
+    built = load(prog, backend)
+    fwd = prog.info
+    fn = built.checked(0, ir.name)
     trees = p.flat.param_trees if p.flat is not None else [None] * len(kinds)
     active = [fwd.active(q) for q in p.fn.params]
     ret_tree = p.flat.ret_tree if p.flat is not None else None
@@ -524,7 +523,7 @@ def _no_runner_loops(ir) -> None:
 
 
 def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
-    from .pullbacks.forward import Forward, check_forward_kinds
+    from .pullbacks.forward import check_forward_kinds
     from .ssa.emit import var_name
     _no_runner_loops(ssa_of(f))
     # the gradient's source with its tape buffers as arguments: the drivers below keep them
@@ -544,10 +543,9 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
     # a tangent for the differentiated argument only: the others are constants of H @ v
     p = plan(ir, list(kinds) + bufkinds, [argnum], backends.get(target))
     check_forward_kinds(p)
-    fwd = Forward(p)
-    fwd.keep_params = {q.id for q in p.fn.params[nk:]}
     stem = f"{_ident(ir.name)}_h"
-    code = fwd.emit(stem + "_jvp")
+    prog = ForwardMode(keep=frozenset(q.id for q in p.fn.params[nk:])).emit(p, stem + "_jvp")
+    code, fwd = prog.code, prog.info
     params = [var_name(q) for q in p.fn.params[:nk]]
     x = params[argnum]
     bufs = [f"_b{j}" for j in range(len(stacks))]
@@ -604,10 +602,10 @@ def _build_second_order(f, args, nuser, kinds, argnum, target) -> list:
         code.add(1, f"_r = {call}")
         keep_grown(1)
         code.add(1, f"return (_r{ret_bufs})")
-    fns, path, locs = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem + "_hessian", stem + "_hvp"],
-                                     stem)
+    prog.names, prog.module = [stem + "_jvp", stem + "_hessian", stem + "_hvp"], stem
+    built = load(prog, p.backend)
     pool = _TapePool([dt for _, dt in stacks] + [stacks[j][1] for _, j in tbufs])
-    out = [_PooledDriver(_checked(fn, path, locs, ir.name), pool) for fn in fns[1:]] + [None]
+    out = [_PooledDriver(built.checked(i, ir.name), pool) for i in (1, 2)] + [None]
     if HESSIAN_BATCHED:
         got = _batched_hessian(p, params, kinds, argnum, stem, stacks, pooled, fwd.keep_params)
         if got is not None:
@@ -640,13 +638,12 @@ def _batched_hessian(p, params, kinds, argnum, stem, stacks=(), pooled=False, ke
     ``params`` (then, where ``pooled``, the int64 array of the capacities they reached),
     whose ids are ``keep``: the drivers take them, and the ``(lanes, capacity)`` buffers of
     their tangents, from a pool as the scalar drivers do."""
-    from .pullbacks.forward_batched import BatchedForward, NotBatched
-    bf = BatchedForward(p)
-    bf.keep_params = set(keep)
+    from .pullbacks.forward_batched import NotBatched
     try:
-        code = bf.emit(stem + "_jvpk")
+        prog = ForwardMode(batched=True, keep=frozenset(keep)).emit(p, stem + "_jvpk")
     except NotBatched:
         return None
+    code, bf = prog.code, prog.info
     if not bf.array_math and HESSIAN_BATCHED != "always":
         # a gradient of loops over numbers: the per-column loop of scalar Hessian-vector
         # products is faster there (every value in a register; benchmarks/vector_forward.py)
@@ -725,11 +722,12 @@ def _batched_hessian(p, params, kinds, argnum, stem, stacks=(), pooled=False, ke
         keep_grown(1)
         code.add(1, f"return (_r{ret_bufs})")
         names.append(stem + "_hvpk")
-    fns, path, locs = p.backend.load(code, bf.ns.ns, names, stem + "_k")
+    prog.names, prog.module = names, stem + "_k"
+    built = load(prog, p.backend)
     pool = _TapePool([dt for _, dt in stacks] + [stacks[j][1] for _, j in tbufs],
                      [0] * len(stacks) + [JAC_CHUNK] * len(tbufs))
-    return (_PooledDriver(_checked(fns[1], path, locs, p.fn.name), pool),
-            _PooledDriver(_checked(fns[2], path, locs, p.fn.name), pool) if arr else None)
+    return (_PooledDriver(built.checked(1, p.fn.name), pool),
+            _PooledDriver(built.checked(2, p.fn.name), pool) if arr else None)
 
 
 def _np_dtype(dt: str):
@@ -974,21 +972,20 @@ def _jvp_source(fn: Callable, args: Sequence[Any], b: int) -> Callable:
 
 
 def _build_jvp_source(ir, kinds, b: int) -> Callable:
-    from .pullbacks.forward import Forward
     from .ssa.emit import var_name
     python = backends.get("python")
     p = plan(ir, kinds, [b], python)
-    fwd = Forward(p)
     stem = f"{_ident(ir.name)}_t{b}"
-    code = fwd.emit(stem + "_jvp")
+    prog = ForwardMode().emit(p, stem + "_jvp")
+    code, fwd = prog.code, prog.info
     params = [var_name(q) for q in p.fn.params]
     tans = [("1.0" if i == b else "0.0") for i, q in enumerate(p.fn.params) if fwd.active(q)]
     code.add(0, "")
     code.put(0, Def(stem, tuple(params)))
     code.add(1, f'"""d {ir.name} / d argument {b} (forward mode), for nested derivatives."""')
     code.add(1, f"return {stem}_jvp({', '.join(params + tans)})[1]")
-    (out,), _, _ = python.load(code, fwd.ns.ns, [stem], stem)
-    return out
+    prog.names, prog.module = [stem], stem
+    return load(prog, python).fns[0]
 
 
 def _nested(G: Callable, argnums, target: str, mode: str, doc: str) -> Callable:

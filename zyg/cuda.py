@@ -26,11 +26,12 @@ import numpy as np
 
 from . import backends
 from .backends.cuda import CudaBackend, cuda_module, simulator
+from .build import Fused, build as build_program
 from .compile import LOAD_LOCK
 from .driver import _normalise_argnums
 from .entry import adapt
 from .errors import TypeMismatch, UnsupportedSyntax, ZygError
-from .pullbacks.transform import emit_fused, plan
+from .pullbacks.transform import plan
 from .ssa.analysis import is_array, kind_of_value
 from .ssa.build import ssa_of
 from .ssa.emit import _ident
@@ -183,11 +184,9 @@ def build(f: Callable, kinds: Sequence[str], argnums, backend) -> Built:
             raise TypeMismatch(f"{fname} ({ir.filename}:{ir.firstlineno}) returns "
                                f"{p.ret_kind}; its gradient needs a real scalar result")
         name = f"{_ident(fname.replace('<lambda>', 'lambda'))}_{backend.name}_vg"
-        _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, value=True,
-                                                                 zero_guards=True)
         # (on cpu a large function comes as a primal and an adjoint that the last one calls)
-        loaded, path, _ = backend.load(code, ns.ns, parts + [name], name)
-        got = Built(loaded[-1], stacks, len(wrt), backend, path)
+        built = build_program(Fused(value=True, zero_guards=True), p, name)
+        got = Built(built.fns[-1], built.info.stacks, len(wrt), backend, built.path)
         _BUILT[key] = got
         return got
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from . import backends
 from .backends.cuda import CudaBackend, cuda_module, simulator
+from .build import Program, load
 from .compile import LOAD_LOCK
 from .cuda import MAX_TAPE_SIZE, TapeOverflowError, kind_of_runtime, tape_size
 from .errors import TypeMismatch, UnsupportedSyntax
@@ -724,7 +725,8 @@ def _load(backend, stem: str, code, run_code, lines: List[str], ns):
     for ln in lines:
         whole.add(0, ln)
     names = [stem + "_step"] + ([stem + "_run"] if run_code is not None else []) + [stem]
-    loaded, path, _ = backend.load(whole, ns.ns, names, stem)
+    built = load(Program(whole, ns.ns, names, stem), backend)
+    loaded, path = built.fns, built.path
     raw = loaded[-1]
     if not simulator():
         cuda = cuda_module()

@@ -28,11 +28,12 @@ from . import dicts as _dicts, safety
 from .caches import on_invalidate
 from . import backends
 from . import tiered
-from .compile import LOAD_LOCK, compile_error, compile_for_types, compile_notice
+from .build import FirstCall as _FirstCall, Fused, Split, build, compiled_now as _fast, load as _load
+from .compile import LOAD_LOCK
 from .entry import adapt
 from .errors import TypeMismatch
 from .numerics import DEFERRED as _DEFERRED, ZeroCotangentRetry, raise_deferred as _raise_deferred
-from .pullbacks.transform import emit_fused, emit_split, plan
+from .pullbacks.transform import plan
 from .ssa.analysis import differentiable, is_array, is_tuple, kind_of_value
 from .ssa.build import ssa_of
 from .ssa.captured import hidden_kind_sig, make_caller
@@ -294,17 +295,16 @@ class _Specializer:
 
         def make(zero_guards: bool, args):
             name = fname if not zero_guards else fname + "_z"
-            _, code, ns, diffable, stacks, parts, retry = emit_fused(p, name, value=True,
-                                                                     zero_guards=zero_guards)
-            loaded, path, locs = backend.load(code, ns.ns, parts + [name], name)
-            fn = loaded[-1]
-            slow = _lazy(lambda a: make(True, a)) if retry else None
+            built = build(Fused(value=True, zero_guards=zero_guards), p, name)
+            diffable, stacks = built.info.diffable, built.info.stacks
+            fn = built.fns[-1]
+            slow = _lazy(lambda a: make(True, a)) if built.info.retry else None
             if stacks:
                 if backend.compiled:
-                    fn = _checked(fn, path, locs, ir.name).compile_for(
+                    fn = built.checked(-1, ir.name).compile_for(
                         tuple(args) + tuple(np.empty(1, _dtype(dt)) for _, dt in stacks))
                 return _pooled(fn, stacks, value, len(args), slow), diffable
-            fn = _fast(_checked(fn, path, locs, ir.name), args)
+            fn = _fast(built.checked(-1, ir.name), args)
             if not value:
                 fn = _drop_value(fn, len(args))
             if slow is not None:
@@ -348,11 +348,10 @@ class _Specializer:
             kinds = [flat.kinds[q.id] for q in p.fn.params]
         self._refuse_unwritable(p, ir)
         stem = f"{self.name}_pullback"
-        code, ns, tape, mutates = emit_split(p, stem)
-        (prim, adj), path, locs = self.backend.load(code, ns.ns, [stem + "_primal", stem + "_adjoint"],
-                                                    stem)
-        prim = _fast(_checked(prim, path, locs, ir.name), self._args)
-        adj = _checked(adj, path, locs, ir.name)
+        built = build(Split(), p, stem)
+        prim = _fast(built.checked(0, ir.name), self._args)
+        adj = built.checked(1, ir.name)
+        mutates = built.info.mutates
         guard = safety.for_plan(self.mode, p, ir)
         slots = [i for i, k in enumerate(kinds[:len(kinds) - nhidden]) if differentiable(k)]
         nargs = len(kinds)
@@ -703,113 +702,6 @@ def _vg_post(r, post):
     return r[0], post(r[1])
 
 
-def _checked(fn: Callable, path: str, locs, fname: str) -> Callable:
-    """Compiled ``fn`` with numba errors on its first compilation mapped to CompileError."""
-    if not hasattr(fn, "py_func"):
-        return fn
-    return _FirstCall(fn, path, locs, fname)
-
-
-class _FirstCall:
-    """Compiles a numba dispatcher for the argument types of its first call,
-    turning numba's typing errors into :class:`~zyg.errors.CompileError`."""
-
-    def __init__(self, fn, path, locs, fname):
-        self.fn = fn
-        self.path = path
-        self.locs = locs
-        self.fname = fname
-
-    def compile_for(self, args) -> Callable:
-        with LOAD_LOCK:         # self.fn may be replaced (another pipeline) while compiling
-            return self._compile_for(args)
-
-    def _compile_for(self, args) -> Callable:
-        import numba
-        import numba.core.errors as nerr
-        sig = tuple(numba.typeof(a) for a in args)
-        try:
-            try:
-                with compile_notice(self.fname, self.locs):
-                    try:
-                        compile_for_types(self.fn, sig)
-                    except nerr.TypingError:
-                        if not _without_ssa(self.fn):
-                            raise
-                        # a module compiled without numba's SSA that numba cannot type that
-                        # way (a placeholder of another dtype than its value): numba's
-                        # default pipeline, for every function of the module
-                        self.fn = _with_numba_ssa(self.fn)
-                        compile_for_types(self.fn, sig)
-            except NotImplementedError as e:
-                if "layout 'A'" not in str(e):
-                    raise
-                # numba's type inference can give a loop's array expression (``v = B * B``)
-                # the layout 'A' when a variable it reads joins C and F arrays (its type
-                # grows C, then A, across the fixpoint), and then cannot allocate its
-                # result.  Without numba's rewrite passes the expression is not fused:
-                # compiled again that way (slower elementwise chains, same values)
-                self.fn = _without_rewrites(self.fn)
-                compile_for_types(self.fn, sig)
-        except nerr.NumbaError as e:
-            raise compile_error(e, self.path, self.locs, self.fname) from None
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError,
-                NotImplementedError) as e:
-            # an internal numba failure while typing or lowering the generated code: still a
-            # zyg error
-            raise compile_error(e, self.path, self.locs, self.fname) from e
-        return self.fn
-
-    def __call__(self, *args):
-        self.compile_for(args)
-        return self.fn(*args)
-
-
-def _without_ssa(disp) -> bool:
-    from .backends.cpu import generated_pipeline
-    return getattr(getattr(disp, "_compiler", None), "pipeline_class", None) is generated_pipeline()
-
-
-def _rejit(disp, **extra):
-    """A new dispatcher of ``disp``'s Python function with its options (and its disk cache,
-    if it had one), plus ``extra``."""
-    import numba
-    opts = dict(disp.targetoptions)
-    opts.pop("nopython", None)
-    cache = getattr(disp, "_cache", None) is not None and type(disp._cache).__name__ != "NullCache"
-    return numba.njit(cache=cache, **opts, **extra)(disp.py_func)
-
-
-def _with_numba_ssa(disp):
-    """``disp`` and the other functions of its generated module compiled without numba's
-    SSA (``backends.cpu.generated_pipeline``) replaced, in the module, by dispatchers with
-    numba's default pipeline; returns ``disp``'s replacement."""
-    glob = disp.py_func.__globals__
-    out = disp
-    for name, v in list(glob.items()):
-        # only the module's own functions: a dispatcher of another generated module that
-        # it calls (a recursive pair, pullbacks/native.py) refers to itself by its own
-        # module's name, and a copy of it here would compile it re-entrantly
-        if _without_ssa(v) and getattr(v.py_func, "__globals__", None) is glob:
-            glob[name] = _rejit(v)
-            if v is disp:
-                out = glob[name]
-    return _rejit(disp) if out is disp else out
-
-
-def _without_rewrites(disp):
-    """A dispatcher of ``disp``'s Python function with its options, numba's rewrite passes
-    off (and its disk cache, if it had one)."""
-    return _rejit(disp, no_rewrites=True, pipeline_class=disp._compiler.pipeline_class)
-
-
-def _fast(entry: Callable, args) -> Callable:
-    """Compile now if needed and return the bare callable to cache."""
-    if isinstance(entry, _FirstCall):
-        return entry.compile_for(args)
-    return entry
-
-
 def _type_key(args) -> Any:
     """Cache key of an argument tuple: the type of a single argument, else the tuple of types."""
     if len(args) == 1:
@@ -1060,7 +952,8 @@ def _build_grad_source(f: Callable, ir: Function, kinds: List[str], argnum: int,
         raise TypeMismatch(f"{ir.name} must return a real number for a Hessian (it returns {p.ret_kind})")
     stem = f"{_ident(ir.name.replace('<lambda>', 'lambda'))}_d{argnum}"
     # relowered: the zero-cotangent tests are written for forward mode (pullbacks/guards.py)
-    code, ns, tape, mutates = emit_split(p, stem, relowered=True, pooled=pooled)
+    prog = Split(relowered=True, pooled=pooled).emit(p, stem)
+    code, tape = prog.code, prog.info.tape
     params = [var_name(q) for q in p.fn.params]
     # the stacks the tape holds, in the order the pooled primal takes their buffers
     stacks = [s for s in sorted(STACKS) if f"_{s}s" in tape]
@@ -1074,7 +967,8 @@ def _build_grad_source(f: Callable, ir: Function, kinds: List[str], argnum: int,
             code.add(1, f"_hw[{j}] = _tp[{tape.index(f'_{s}s')}].shape[0]")
     code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
     code.add(1, "return _g[0]")
-    (fn,), _, _ = python.load(code, ns.ns, [stem + "_grad"], stem)
+    prog.names = [stem + "_grad"]
+    fn = _load(prog, python).fns[0]
     if pooled:
         fn._zyg_stacks = [(s, STACKS[s][0]) for s in stacks]
     return fn

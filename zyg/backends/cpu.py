@@ -123,7 +123,7 @@ def generated_pipeline():
     definitions of a name in a block they fused the wrong one (a wrong gradient in
     ``tests/test_layout_join.py``), so they are off too.  Where numba cannot type the code
     this way (placeholders of another dtype than the value), the driver compiles it again
-    with numba's default pipeline (``driver._with_numba_ssa``)."""
+    with numba's default pipeline (``build._with_numba_ssa``)."""
     global _PIPELINE
     if _PIPELINE is None:
         from numba.core.compiler import Compiler

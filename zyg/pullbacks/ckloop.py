@@ -32,15 +32,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import backends
+from ..build import ForwardMode, Program, Split, build as build_program, load
 from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch
 from ..rules.higher import Checkpointed, checkpointed_range
 from ..ssa import hooks
 from . import looppairs
 from .tape import grow
-from .forward import Forward
 from .recursion import _python_call, call_helper
-from .transform import emit_split, plan
+from .transform import plan
 from ..ssa.analysis import array_dtype, array_kind, differentiable, is_array, is_tuple
 
 _FLOAT_ARRAYS = ("float64", "float32")
@@ -186,14 +186,11 @@ def _loop_source(step: Any, n: int, kinds: List[str], backend):
     stem = _ident(ir.name)
     # the plain step (nothing differentiated: its tape is empty but for control flow)
     p0 = plan(ir, skinds, [], backend)
-    c0, ns0, _, _ = emit_split(p0, stem + "_run")
-    (run,), _, _ = backend.load(c0, ns0.ns, [stem + "_run_primal"], stem + "_run")
+    (run,) = build_program(Split(adjoint=False), p0, stem + "_run").fns
     # the recorded step and its adjoint
     diff = [i for i, k in enumerate(skinds) if differentiable(k)]
     p1 = plan(ir, skinds, diff, backend)
-    c1, ns1, _, _ = emit_split(p1, stem + "_rev")
-    (rec, adj), _, _ = backend.load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"],
-                                    stem + "_rev")
+    rec, adj = build_program(Split(), p1, stem + "_rev").fns
     cn = [f"c{i}" for i in range(n)]
     fn_ = [f"f{j}" for j in range(m)]
     ck, fk = kinds[:n], kinds[n:]
@@ -294,9 +291,8 @@ def build_tangent(step: Any, n: int, kinds: List[str], target: str):
     stem = _ident(ir.name) + "_tan"
     backend = backends.get(target)
     p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], backend)
-    fwd = Forward(p)
-    code = fwd.emit(stem)
-    (jf,), _, _ = backend.load(code, fwd.ns.ns, [stem], stem)
+    built = build_program(ForwardMode(), p, stem)
+    (jf,), fwd = built.fns, built.info
     m = len(kinds) - n
     cn = [f"c{i}" for i in range(n)]
     fn_ = [f"f{j}" for j in range(m)]
@@ -415,7 +411,7 @@ def build_pair(runner: "LoopRunner", kinds: List[str], inplace: Tuple[bool, ...]
     code = looppairs.typed_code(text)
     glob.update({"_pl_grow": backend.helper(grow)})
     names = ["_ck_beta", "_ck_split", "_ck_fwd", "_ck_bwd", stem + "_fwd", stem + "_rp", stem + "_ra"]
-    loaded, _, _ = backend.load(code, glob, names, stem)
+    loaded = load(Program(code, glob, names, stem), backend).fns
     return looppairs.LoopPair(loaded[5], loaded[6], scalar_diff, array_diff, values, loaded[4],
                               loaded[3], text)
 

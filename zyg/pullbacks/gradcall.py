@@ -34,6 +34,7 @@ import gast
 from .. import driver
 from ..caches import on_invalidate
 from .. import backends
+from ..build import ForwardMode, Split, load
 from ..driver import _grad_source_of_kinds, ssa_of
 from ..errors import TypeMismatch
 from ..rules import arrays as arules
@@ -43,8 +44,8 @@ from ..ssa.captured import Closure
 from ..ssa.emit import Def, _ident as ident, var_name
 from ..ssa.lower import unwrap
 from ..ssa.prims import MakeTuple, Prim
-from .forward import Forward, check_forward_kinds
-from .transform import emit_split, plan
+from .forward import check_forward_kinds
+from .transform import plan
 
 
 class GradOf(Prim):
@@ -245,7 +246,8 @@ def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable
         ir = ssa_of(g)
         p = plan(ir, list(kinds), [a], backend)
         stem = f"{_ident(g)}_gd{a}"
-        code, ns, _, _ = emit_split(p, stem)
+        prog = Split().emit(p, stem)
+        code = prog.code
         params = [var_name(q) for q in p.fn.params]
         code.add(0, "")
         code.put(0, Def(stem, tuple(params)))
@@ -254,8 +256,8 @@ def grad_function(g: Any, kinds: Sequence[str], a: int, target: str) -> Callable
         code.add(1, f"_ret, _tp = {stem}_primal({', '.join(params)})")
         code.add(1, f"_g = {stem}_adjoint(*_tp, 1.0)")
         code.add(1, "return _g[0]")
-        (_, _, fn), _, _ = backend.load(code, ns.ns, [stem + "_primal", stem + "_adjoint", stem],
-                                        stem)
+        prog.names.append(stem)
+        fn = load(prog, backend).fns[-1]
     fn = _GRADS[key] = _uncacheable(fn)
     return fn
 
@@ -276,10 +278,10 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
     ir = ssa_of(inner)
     p = plan(ir, list(kinds), list(on), backends.get(target))
     check_forward_kinds(p)
-    fwd = Forward(p)
     on_s = "".join(str(i) for i in on)
     stem = f"{_ident(g)}_gd{b}_t{on_s}"
-    code = fwd.emit(stem + "_jvp")
+    prog = ForwardMode().emit(p, stem + "_jvp")
+    code, fwd = prog.code, prog.info
     params = [var_name(q) for q in p.fn.params]
     tans = [f"_t{i}" for i in on]
     passed = [f"_t{i}" for i in on if fwd.active(p.fn.params[i])]
@@ -288,7 +290,8 @@ def tangent_function(g: Any, kinds: Sequence[str], b: int, on: Tuple[int, ...],
     code.add(1, f'"""d/de of d {getattr(g, "__name__", "g")} / d argument {b} at the arguments '
                 f'plus e times the tangents of arguments {list(on)}."""')
     code.add(1, f"return {stem}_jvp({', '.join(params + passed)})[1]")
-    (_, fn), _, _ = p.backend.load(code, fwd.ns.ns, [stem + "_jvp", stem], stem)
+    prog.names, prog.module = [stem + "_jvp", stem], stem
+    fn = load(prog, p.backend).fns[-1]
     fn = _TANGENTS[key] = _uncacheable(fn)
     return fn
 

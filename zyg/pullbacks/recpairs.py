@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ..build import Program, Transform, build
 from ..caches import BUILD_LOCK, on_invalidate
 from ..ssa.analysis import array_ndim, differentiable, is_array, is_tuple
 from ..ssa.emit import Capacity, Code, Def, Grow, RoomCheck, var_name
@@ -104,12 +105,35 @@ def _build(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend, key: tup
     scalar_diff, array_diff = _positions(kinds)
     stem = _stem(fn)
     p.native_self = (fn, kinds, stem)
-    code, ns, mutates = emit_pair(p, stem)
-    ns.ns["_zyg_gil_entry"] = True      # called from compiled code only (backends/cpu.py)
-    (rp, ra), _, _ = backend.load(code, ns.ns, [stem + "_rp", stem + "_ra"], stem)
+    built = build(_Pair(), p, stem)
+    (rp, ra), mutates = built.fns, built.info
     for d in (rp, ra):      # errors about the generated pair name the user's function
         getattr(d, "py_func", d)._zyg_recursive_of = fn
     return _Built(ir, rp, ra, scalar_diff, array_diff, mutates)
+
+
+class _Pair(Transform):
+    """The compiled pair ``stem_rp``, ``stem_ra`` of a recursive function (``info``: it
+    writes into an argument array)."""
+
+    def emit(self, p, stem: str) -> Program:
+        code, ns, mutates = emit_pair(p, stem)
+        ns.ns["_zyg_gil_entry"] = True      # called from compiled code only (backends/cpu.py)
+        return Program(code, ns.ns, [stem + "_rp", stem + "_ra"], stem, mutates)
+
+
+class _PairJvp(Transform):
+    """Forward mode of a recursive function as a pair, ``stem(*args, _lim, *tangents)``
+    (``info``: the emitter, which knows the tangent positions)."""
+
+    def __init__(self, me):
+        self.me = me
+
+    def emit(self, p, stem: str) -> Program:
+        fwd = _PairForward(p, self.me)
+        code = fwd.emit(stem)
+        fwd.ns.ns["_zyg_gil_entry"] = True
+        return Program(code, fwd.ns.ns, [stem], stem, fwd)
 
 
 def names_kinds(em) -> Dict[str, str]:
@@ -270,10 +294,8 @@ def _build_jvp(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend, key:
         return None
     check_forward_kinds(p)
     stem = _stem(fn) + "_jvp"
-    fwd = _PairForward(p, (fn, kinds, stem))
-    code = fwd.emit(stem)
-    fwd.ns.ns["_zyg_gil_entry"] = True
-    (f,), _, _ = backend.load(code, fwd.ns.ns, [stem], stem)
+    built = build(_PairJvp((fn, kinds, stem)), p, stem)
+    (f,), fwd = built.fns, built.info
     getattr(f, "py_func", f)._zyg_recursive_of = fn
     return f, fwd.tangent_positions()
 

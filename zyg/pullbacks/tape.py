@@ -128,7 +128,7 @@ class NumpyStacks:
         return ["if " + " or ".join(f"_{s}sp > _{s}cap" for s in n.stacks) + ":"]
 
     def _NestedTape(self, n) -> List[str]:
-        # np.int64: numba's own SSA pipeline (driver._with_numba_ssa) types a top that is
+        # np.int64: numba's own SSA pipeline (build._with_numba_ssa) types a top that is
         # still 0 as a literal, and a pair compiled for a literal top re-entered itself
         passed = [x for s in n.stacks for x in (f"_{s}s", f"np.int64(_{s}sp)")]
         out = [f"{n.out} = {n.fn}({', '.join(list(n.args) + passed)})"]

@@ -61,13 +61,13 @@ import numba
 import numpy as np
 
 from .. import backends
+from ..build import ForwardMode, Program, Split, Transform, build as build_program, load
 from ..caches import BUILD_LOCK
 from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch, UnsupportedSyntax
 from ..pullbacks.ckloop import PACKED_KIND, CkLoop, CkPart, PartRunner, _no_hidden, _pack_src, \
     _unpack_src
-from ..pullbacks.forward import Forward
-from ..pullbacks.transform import emit_split, emit_step, plan
+from ..pullbacks.transform import emit_step, plan
 from ..ssa import hooks
 from ..pullbacks import looppairs
 from ..pullbacks.tape import grow
@@ -197,6 +197,19 @@ def _tuple(names: List[str]) -> str:
     return "(" + "".join(n + ", " for n in names) + ")"
 
 
+class _ParallelStep(Transform):
+    """One iteration of a parallel loop, ``stem_primal(*args, *shadows)`` and
+    ``stem_adjoint(*tape, dy)`` adding into the given shadows (atomically for the
+    parameters ``atomic``); ``info``: the positions of the given shadows."""
+
+    def __init__(self, atomic: List[int]):
+        self.atomic = atomic
+
+    def emit(self, p, stem: str) -> Program:
+        code, ns, _, given = emit_step(p, stem, self.atomic)
+        return Program(code, ns.ns, [stem + "_primal", stem + "_adjoint"], stem, given)
+
+
 class _Step:
     """One parallel loop's step compiled for one set of kinds and one target: its plain
     primal ``run``, its recording primal ``rec`` (given the shadows) and adjoint ``adj``,
@@ -213,16 +226,14 @@ class _Step:
         self.prange, self.tid, self.pjit = _parallel(backend)
         p0 = plan(ir, skinds, [], backend)
         _check_calls(p0, runner.loc)
-        c0, ns0, _, _ = emit_split(p0, stem + "_run")
-        (self.run,), _, _ = backend.load(c0, ns0.ns, [stem + "_run_primal"], stem + "_run")
+        (self.run,) = build_program(Split(adjoint=False), p0, stem + "_run").fns
         diff = [i for i, k in enumerate(skinds) if differentiable(k)]
         p1 = plan(ir, skinds, diff, backend)
         _check_writes(p1, na, n, runner.names, runner.loc)
         self.atomic = [1 + n + j for j in range(m) if runner.names[n + j] in runner.scattered
                        and _element_reads_only(p1, p1.fn.params[1 + n + j])]
-        c1, ns1, _, self.given = emit_step(p1, stem + "_rev", self.atomic)
-        (self.rec, self.adj), _, _ = backend.load(c1, ns1.ns, [stem + "_rev_primal", stem + "_rev_adjoint"],
-                                                  stem + "_rev")
+        built = build_program(_ParallelStep(self.atomic), p1, stem + "_rev")
+        (self.rec, self.adj), self.given = built.fns, built.info
         self.runner, self.n, self.na, self.m = runner, n, na, m
         self.cn = [f"c{i}" for i in range(n)]
         self.fn_ = [f"f{j}" for j in range(m)]
@@ -442,8 +453,8 @@ def build_pair(runner: "PRunner", kinds: List[str], backend) -> looppairs.LoopPa
                "_zyg_parallel": tuple(stem + x for x, par in (
                    ("_ipf", True), ("_ipb", not runner.shared or S.mm), ("_rp", na), ("_ra", na)) if par)
                if backend.compiled else ()})
-    (ipf, ipb, rp, ra), _, _ = backend.load(code, ns, [stem + s for s in ("_ipf", "_ipb", "_rp", "_ra")],
-                                            stem)
+    ipf, ipb, rp, ra = load(Program(code, ns, [stem + s for s in ("_ipf", "_ipb", "_rp", "_ra")], stem),
+                            backend).fns
     return looppairs.LoopPair(rp, ra, scalar_diff, array_diff, S.sums, ipf, ipb, src)
 
 
@@ -460,10 +471,8 @@ def build_tangent(runner: "PRunner", kinds: List[str], target: str):
     p = plan(ir, skinds, [i for i, k in enumerate(skinds) if differentiable(k)], backend)
     _check_calls(p, runner.loc)
     _check_writes(p, na, n, runner.names, runner.loc)
-    fwd = Forward(p)
-    fwd.copy_args = False
-    code = fwd.emit(stem)
-    (jf,), _, _ = backend.load(code, fwd.ns.ns, [stem], stem)
+    built = build_program(ForwardMode(copy_args=False), p, stem)
+    (jf,), fwd = built.fns, built.info
     m = len(kinds) - n
     ck = kinds[:n]
     sums = list(range(na, n))
