@@ -11,6 +11,10 @@ processes, each with an empty private cache:
   holding numba's LLVM lock), and numba's other passes; plus the lines of code generated;
 * ``warm``: the same in a second process on the cache the first one left (a user's second
   run);
+* ``new``: the same in a fresh process whose cache holds only zyg's own compiled helpers
+  (``numerics.on_disk``: the tape's ``grow``, shadows, the nan test), left there by the
+  gradients of two other functions (``SEED``) -- a user's first call of a new function on a
+  machine where zyg has run before;
 * ``numba``: the first call of the function itself under ``numba.njit`` in a fresh process:
   what numba alone takes to compile the *primal* -- the floor any numba-based tool starts
   from.  ``x numba`` is the ratio.
@@ -154,16 +158,36 @@ def _run(mode: str, cid: str, cache: str, timeout: float) -> Dict[str, Any]:
     return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
 
 
+#: the cases whose gradients leave zyg's helpers on disk for the ``new`` measurement
+SEED = ("statistics-gaussian_loglik", "machine_learning-mlp_mse")
+#: the helpers folder they left (``seed_helpers``), or None
+HELPERS: List[str] = []
+
+
+def seed_helpers(timeout: float) -> None:
+    """Run the ``SEED`` cases in one cache folder and keep its ``helpers`` folder."""
+    tmp = tempfile.mkdtemp(prefix="zyg_first_call_seed_")
+    for cid in SEED:
+        _run("zyg", cid, os.path.join(tmp, "cache"), timeout)
+    got = os.path.join(tmp, "cache", "helpers")
+    if os.path.isdir(got):
+        HELPERS.append(got)
+
+
 def measure(cid: str, timeout: float) -> Dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="zyg_first_call_")
     try:
         cold = _run("zyg", cid, os.path.join(tmp, "zyg"), timeout)
         warm = _run("zyg", cid, os.path.join(tmp, "zyg"), timeout) if "error" not in cold else {}
+        new: Dict[str, Any] = {}
+        if HELPERS and "error" not in cold:
+            shutil.copytree(HELPERS[0], os.path.join(tmp, "new", "helpers"))
+            new = _run("zyg", cid, os.path.join(tmp, "new"), timeout)
         floor = _run("numba", cid, os.path.join(tmp, "numba"), timeout)
         tiered = _run("tiered", cid, os.path.join(tmp, "tiered"), timeout) if TIERED else {}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"case": cid, "cold": cold, "warm": warm, "numba": floor, "tiered": tiered}
+    return {"case": cid, "cold": cold, "warm": warm, "new": new, "numba": floor, "tiered": tiered}
 
 
 #: also measure each case with zyg.set_tiered(True) (``--tiered``)
@@ -174,6 +198,7 @@ def report(rows: List[Dict[str, Any]], seconds: float) -> str:
     ok = [r for r in rows if "error" not in r["cold"]]
     firsts = sorted(r["cold"]["first_s"] for r in ok)
     warms = sorted(r["warm"]["first_s"] for r in ok if "first_s" in r.get("warm", {}))
+    news = sorted(r["new"]["first_s"] for r in ok if "first_s" in r.get("new", {}))
     ratios = sorted(r["cold"]["first_s"] / r["numba"]["first_s"] for r in ok if "first_s" in r["numba"])
     per_line = sorted(r["cold"]["first_s"] / max(1, r["cold"]["source_lines"]) for r in ok)
     gen_per_line = sorted(r["cold"]["generated_lines"] / max(1, r["cold"]["source_lines"]) for r in ok)
@@ -184,6 +209,9 @@ def report(rows: List[Dict[str, Any]], seconds: float) -> str:
     if ok:
         out += [f"- cold first call (cpu, empty cache, fresh process): median {statistics.median(firsts):.2f} s, "
                 f"worst {firsts[-1]:.2f} s; over 30 s: {sum(f > 30 for f in firsts)}",
+                f"- new function, zyg's helpers on disk (fresh process; the cache holds only the helpers "
+                f"two other gradients compiled): median {statistics.median(news):.2f} s, worst {news[-1]:.2f} s"
+                if news else "- new function with zyg's helpers on disk: not measured",
                 f"- second process, warm cache: median {statistics.median(warms):.2f} s, worst {warms[-1]:.2f} s"
                 if warms else "- second process: not measured",
                 f"- zyg's first call / numba's compile of the primal: median {statistics.median(ratios):.1f}x, "
@@ -207,16 +235,17 @@ def report(rows: List[Dict[str, Any]], seconds: float) -> str:
                 f"{r['tiered']['ready_s']:.2f} | {r['tiered'].get('why_not') or ''} |" for r in tiers]
         out.append("")
     out += ["| function | src lines | generated | cold s | zyg | typing | lowering | llvm | numba other "
-            "| warm s | numba s | x numba |", "|" + "---|" * 12]
+            "| new fn s | warm s | numba s | x numba |", "|" + "---|" * 13]
     for r in rows:
         c, w, n = r["cold"], r.get("warm", {}), r["numba"]
         if "error" in c:
-            out.append(f"| {r['case']} | | | {c['error']} | | | | | | | | |")
+            out.append(f"| {r['case']} | | | {c['error']} | | | | | | | | | |")
             continue
         ph = c["phases"]
         ns = n.get("first_s")
         out.append(f"| {r['case']} | {c['source_lines']} | {c['generated_lines']} | {c['first_s']:.2f} | "
                    + " | ".join(f"{ph[p]:.2f}" for p in PHASES)
+                   + f" | {r.get('new', {}).get('first_s', float('nan')):.2f}"
                    + f" | {w.get('first_s', float('nan')):.2f} | "
                    + (f"{ns:.2f} | {c['first_s'] / ns:.1f}x |" if ns else f"{n.get('error', '')} | |"))
     return "\n".join(out) + "\n"
@@ -232,11 +261,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tiered", action="store_true",
                     help="also a fresh process with zyg.set_tiered(True): the first answer, and "
                          "when the compiled code is ready")
+    ap.add_argument("--no-new", action="store_true",
+                    help="leave out the new-function measurement (zyg's helpers on disk)")
     a = ap.parse_args(argv)
     global TIERED
     TIERED = a.tiered
     ids = [cid for cid, _ in cases() if a.k in cid][::max(1, a.every)]
     t0 = time.time()
+    if not a.no_new:
+        seed_helpers(a.timeout)
     with ThreadPoolExecutor(max(1, a.jobs)) as ex:
         rows = list(ex.map(lambda cid: measure(cid, a.timeout), ids))
     text = report(rows, time.time() - t0)

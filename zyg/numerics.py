@@ -77,6 +77,16 @@ def options_tag() -> str:
     return "# target cpu: numba " + ", ".join(f"{k}={v!r}" for k, v in sorted(opts.items()))
 
 
+def on_disk(fn: Callable) -> Callable:
+    """Mark a helper of zyg's own whose machine code the cpu back end keeps on disk, so that
+    a later process loads it instead of compiling it (``backends/cpu.py``, ``helper_cache``).
+    Only for a module-level function of a zyg module that computes from its arguments
+    alone: it reads no global but numpy, math and other such helpers (a global's value is
+    frozen into the machine code, and the cache is told apart by zyg's sources only)."""
+    fn._zyg_on_disk = True
+    return fn
+
+
 def njit(fn: Callable = None, **kw):
     """``numba.njit`` with zyg's options (numpy error model, bounds checking)."""
     import numba

@@ -24,7 +24,7 @@ import os
 import sys
 import types
 import numpy as np
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import numerics
 from ..compile import LOAD_LOCK, fingerprint, ns_signature, write_source
@@ -111,6 +111,12 @@ class Backend:
         """What generated code calls for ``np.where`` (the name ``_zyg_where`` of the rules'
         adjoints, and ``np.where`` in user code): numpy's own here."""
         return np.where
+
+    def zeros_as(self) -> Optional[Callable]:
+        """What generated code calls for a zero array shaped as another (a shadow), or
+        None for numpy's spelling ``np.zeros(x.shape, x.dtype)`` (which code generated for
+        python can be lowered again: forward over reverse)."""
+        return None
 
     def vectorize(self, kernel: Callable, python: Callable) -> Callable:
         """An elementwise function (a ufunc where compiled) from the scalar ``kernel``;

@@ -7,10 +7,12 @@ Python raises), bounds checking when ``zyg.set_boundscheck(True)`` or ``ZYG_BOUN
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import sys
 import types
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -166,7 +168,10 @@ class CpuBackend(Backend):
         numerics.install_sigint_guard()
 
     def jit(self, fn: Callable, **kw) -> Callable:
-        return numerics.njit(fn, **kw)
+        d = numerics.njit(fn, **kw)
+        if getattr(fn, "_zyg_on_disk", False) and not kw:
+            helper_cache(d)
+        return d
 
     def vectorize(self, kernel: Callable, python: Callable) -> Callable:
         import numba
@@ -174,6 +179,10 @@ class CpuBackend(Backend):
 
     def where(self) -> Callable:
         return fast_where()
+
+    def zeros_as(self) -> Optional[Callable]:
+        from ..pullbacks.arraytape import zeros_as
+        return zeros_as
 
     def _substitutes(self) -> Dict[int, Any]:
         """id of a function numba lacks -> what generated code calls instead (compiled with
@@ -275,3 +284,102 @@ class CpuBackend(Backend):
         if code is not None and code.has_dispatch_loop():
             return self.jit(f, cache=cache, pipeline_class=generated_pipeline(), **kw)
         return self.jit(f, cache=cache, **kw)
+
+
+# -- zyg's own helpers on disk ------------------------------------------------------------
+#
+# The helpers generated code calls most (the tape's ``grow``, array pushes, shadow
+# allocation, the nan test of a gradient) are compiled in every process that builds a new
+# gradient: about 0.1-0.3 s of a small function's first call, most of it numba's own
+# ``np.empty``/``np.zeros``/``any`` that they call.  Those marked ``numerics.on_disk`` keep
+# their machine code in the cache directory, under a name made of zyg's version and the
+# modification times and sizes of all of zyg's source files: a changed zyg (an upgrade, an
+# edit of any file, which may change a helper another one calls) never loads machine code
+# compiled from other sources.  numba tells the versions of one helper apart by its
+# argument types and bytecode; compile options are not in its key, so helpers are kept on
+# disk only with zyg's default options (not with bounds checking on).
+
+_STAMP: List[str] = []
+
+
+def _zyg_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def stamp_of(root: str, version: str) -> str:
+    """A hash of ``version`` and of the path, modification time and size of every ``.py``
+    file under ``root``."""
+    h = hashlib.sha256(version.encode())
+    for dp, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(dp, f)
+                st = os.stat(path)
+                h.update(f"{os.path.relpath(path, root)}:{st.st_mtime_ns}:{st.st_size};".encode())
+    return h.hexdigest()[:16]
+
+
+def sources_stamp() -> str:
+    """zyg's version and its source files' :func:`stamp_of` (computed once per process)."""
+    if not _STAMP:
+        from ..version import __version__
+        _STAMP.append(stamp_of(_zyg_root(), __version__))
+    return _STAMP[0]
+
+
+_CACHE_CLASS: List[Any] = []
+
+
+def _helper_cache_class():
+    if not _CACHE_CLASS:
+        from numba.core import caching
+        from ..compile import cache_dir
+
+        class Locator(caching._CacheLocator):
+            """Files of a zyg helper's numba cache: ``<cache dir>/helpers/<sources
+            stamp>/<the helper's folder>``."""
+
+            def __init__(self, py_func, py_file):
+                self._py_file = py_file
+                self._lineno = py_func.__code__.co_firstlineno
+                self._path = os.path.join(cache_dir(), "helpers", sources_stamp(),
+                                          self.get_suitable_cache_subpath(py_file))
+
+            def get_cache_path(self):
+                return self._path
+
+            def get_source_stamp(self):
+                st = os.stat(self._py_file)
+                return st.st_mtime, st.st_size
+
+            def get_disambiguator(self):
+                return str(self._lineno)
+
+            @classmethod
+            def from_function(cls, py_func, py_file):
+                root = _zyg_root() + os.sep
+                if not os.path.abspath(py_file).startswith(root) or py_func.__closure__ is not None:
+                    return None
+                return cls(py_func, py_file)
+
+        class Impl(caching.CompileResultCacheImpl):
+            _locator_classes = [Locator]
+
+        class HelperCache(caching.FunctionCache):
+            _impl_class = Impl
+
+        _CACHE_CLASS.append(HelperCache)
+    return _CACHE_CLASS[0]
+
+
+def helper_cache(disp: Any) -> None:
+    """Keep the machine code of ``disp`` (a dispatcher of a helper marked
+    ``numerics.on_disk``) on disk, where zyg's options are the default ones and the cache
+    directory can be written; else it stays compiled per process."""
+    if numerics.boundscheck():
+        return
+    try:
+        disp._cache = _helper_cache_class()(disp.py_func)
+    except (RuntimeError, OSError):
+        pass            # no writable place: compiled in each process, as before

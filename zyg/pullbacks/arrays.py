@@ -1066,6 +1066,14 @@ class ArrayMixin:
             else:
                 self.alloc_shadow(st.var, ind, code, loop, st.loc)
 
+    def zeros_as(self, n: str) -> str:
+        """A zero array of the shape and dtype of the array named ``n``, as the back end
+        spells it (``Backend.zeros_as``)."""
+        h = self.p.backend.zeros_as()
+        if h is None:
+            return f"np.zeros({n}.shape, {n}.dtype)"
+        return f"{self.ns.ref(h, '_zyg_zeros_as')}({n})"
+
     def alloc_shadow(self, v: Var, ind: int, code: Code, loop: bool, loc=None) -> None:
         n, d = var_name(v), self.dname(v)
         shape_names = getattr(self, "shape_records", {}).get(v.id) if loop else None
@@ -1089,7 +1097,7 @@ class ArrayMixin:
                                   f"{int(loc.col or 0)}, {hint!r})")
             code.add(ind, f"{d} = _zyg_shadow_like({d}, {n})")
         else:
-            code.add(ind, f"{d} = np.zeros({n}.shape, {n}.dtype)")
+            code.add(ind, f"{d} = {self.zeros_as(n)}")
 
     def push_now(self, name: str, value: str, kind: str, ind: int, code: Code) -> None:
         """Push ``value`` right now (a statement's record); ``name`` is its adjoint name."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics import on_disk
+
 from ..ssa import hooks
 
 
 
+@on_disk
 def push_array(stack, sp, x):
     """Copy ``x`` (any layout) onto ``stack`` at ``sp``; returns the (maybe grown) stack."""
     n = x.size
@@ -31,12 +34,21 @@ def push_array(stack, sp, x):
     return stack
 
 
+@on_disk
 def shadow_like(old, x):
     """The shadow buffer of an array created in a loop: the previous one while the
     shape stays the same (shadows stay zero in the primal), else a new one (the
     allocation recorded the previous shape for the reverse pass)."""
     if old.shape == x.shape:
         return old
+    return np.zeros(x.shape, x.dtype)
+
+
+@on_disk
+def zeros_as(x):
+    """A zero array of ``x``'s shape and dtype: a shadow, where the back end calls a helper
+    for it (``Backend.zeros_as``: on cpu one whose machine code is kept on disk, instead of
+    numba's ``np.zeros`` compiled anew in every process)."""
     return np.zeros(x.shape, x.dtype)
 
 

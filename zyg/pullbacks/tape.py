@@ -16,12 +16,15 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..numerics import on_disk
+
 STACKS = {"f": ("np.float64", "float"), "i": ("np.int64", "int"), "c": ("np.complex128", "complex"),
           "t": ("np.int8", "tag")}
 KIND_STACK = {"float": "f", "int": "i", "bool": "i", "complex": "c", "tag": "t"}
 INITIAL = 64
 
 
+@on_disk
 def grow(old, need):
     """A buffer holding ``old``'s contents, twice as large or ``need`` if that is more: a
     nest that reserved its room gets exactly that (doubling up to it could map nearly twice
@@ -35,6 +38,18 @@ def grow(old, need):
     for i in range(old.shape[0]):
         new[i] = old[i]
     return new
+
+
+@on_disk
+def has_nan(a):
+    """Whether the array ``a`` holds a nan: the test of a gradient computed without the
+    zero-cotangent tests (``transform._nan_check``).  A loop, which stops at the first
+    nan, instead of ``np.isnan(a).any()``, whose numba implementation compiles anew in
+    every process (this one is kept on disk)."""
+    for v in a.flat:
+        if v != v:
+            return True
+    return False
 
 
 class NumpyStacks:

@@ -49,7 +49,7 @@ from ..rules.higher import recursive_calls
 from . import guards
 from .helpers import helpers
 from .specialize import specialize
-from .tape import KIND_STACK, STACKS, grow
+from .tape import KIND_STACK, STACKS, grow, has_nan
 
 
 @dataclass
@@ -1464,7 +1464,7 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
                     outs.append(var_name(p))
                 else:
                     self.adj_uses.add(var_name(p))
-                    outs.append(f"np.zeros({var_name(p)}.shape, {var_name(p)}.dtype)")
+                    outs.append(self.zeros_as(var_name(p)))
                 continue
             outs.append(self.dname(p) if self.is_active(p) else ZERO[k])
         return outs
@@ -1594,7 +1594,8 @@ def _nan_check(em: "Emitter", code: Code, outs: List[str]) -> bool:
     for p, o in zip(grads, outs):
         if not em.is_active(p):
             continue
-        conds.append(f"np.isnan({o}).any()" if is_array(em.kind(p)) else f"{o} != {o}")
+        conds.append(f"{em.ns.ref(has_nan, '_zyg_has_nan')}({o})" if is_array(em.kind(p))
+                     else f"{o} != {o}")
     if conds:
         code.put(1, If(" or ".join(conds)))
         code.add(2, "raise _ZygRetry()")

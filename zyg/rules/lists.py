@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..numerics import on_disk
+
 from ..errors import UnsupportedSyntax
 from ..ssa import hooks
 from ..ssa.analysis import array_dtype, array_kind, array_ndim, is_array
@@ -18,6 +20,7 @@ from . import arrays as arules
 
 
 # -- the primitive ----------------------------------------------------------------------
+@on_disk
 def list_push(buf, n, v, cap):
     """``buf`` with ``v`` stored at row ``n``: in place while there is room, else in a new
     buffer of ``max(cap, 2 * room)`` rows (the old rows copied)."""
@@ -32,6 +35,7 @@ def list_push(buf, n, v, cap):
     return buf
 
 
+@on_disk
 def list_push_first(n, v, cap, like):
     """The first push into an empty list: a new buffer of ``cap`` rows shaped like ``v``
     and of the dtype of ``like`` (a zero of the element kind)."""
