@@ -13,7 +13,7 @@ processes, each with an empty private cache:
   run);
 * ``new``: the same in a fresh process whose cache holds only zyg's own compiled helpers
   (``numerics.on_disk``: the tape's ``grow``, shadows, the nan test), left there by the
-  gradients of two other functions (``SEED``) -- a user's first call of a new function on a
+  gradients of three other functions (``SEED``) -- a user's first call of a new function on a
   machine where zyg has run before;
 * ``numba``: the first call of the function itself under ``numba.njit`` in a fresh process:
   what numba alone takes to compile the *primal* -- the floor any numba-based tool starts
@@ -159,7 +159,7 @@ def _run(mode: str, cid: str, cache: str, timeout: float) -> Dict[str, Any]:
 
 
 #: the cases whose gradients leave zyg's helpers on disk for the ``new`` measurement
-SEED = ("statistics-gaussian_loglik", "machine_learning-mlp_mse")
+SEED = ("statistics-gaussian_loglik", "machine_learning-mlp_mse", "hydrology-bucket_model")
 #: the helpers folder they left (``seed_helpers``), or None
 HELPERS: List[str] = []
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..ssa.analysis import array_ndim, is_array, is_complex
+from .accumulate import ACC
 from . import scalar
 from .scalar import _subst
 from .registry import nondifferentiable
@@ -642,23 +643,6 @@ def base_primal_call(fn: Any, args: List[str], kinds: List[str], kwargs: Dict[st
     return None
 
 
-def _acc_src(nt: int, ne: int) -> str:
-    """Source of acc_{nt}_{ne}(t, e): t += e reduced over the axes e broadcasts over t."""
-    lines = [f"def acc_{nt}_{ne}(t, e):"]
-    lines.append("    if t.shape == e.shape:" if nt == ne else "    if False:")
-    lines.append("        t += e")
-    lines.append("        return")
-    off = ne - nt
-    idx_e = ", ".join(f"i{k}" for k in range(ne))
-    idx_t = ", ".join(f"(i{k + off} if t.shape[{k}] != 1 else 0)" for k in range(nt))
-    ind = "    "
-    for k in range(ne):
-        lines.append(f"{ind}for i{k} in range(e.shape[{k}]):")
-        ind += "    "
-    lines.append(f"{ind}t[{idx_t}] += e[{idx_e}]")
-    return "\n".join(lines) + "\n"
-
-
 def acc_scalar_target(e):
     return np.sum(e)
 
@@ -673,20 +657,14 @@ def base_helpers(backend: Any) -> Dict[str, Any]:
     key = backend.key()
     if key in _HELPERS:
         return _HELPERS[key]
-    ns: Dict[str, Any] = {"np": np}
-    for nt in (1, 2, 3):
-        for ne in range(nt, 4):
-            exec(_acc_src(nt, ne), ns)
     out: Dict[str, Any] = {
         "_zyg_prod_grad": prod_grad, "_zyg_prod_grad_axis2": prod_grad_axis2,
         "_zyg_max_axis": max_axis, "_zyg_min_axis": min_axis, "_zyg_prod_axis": prod_axis,
         "_zyg_cumsum_axis": cumsum_axis, "_zyg_extreme_axis3": extreme_axis3,
     }
-    for nt in (1, 2, 3):
-        for ne in range(nt, 4):
-            acc = ns[f"acc_{nt}_{ne}"]
-            acc._zyg_accumulate = True     # lowered as t += reduce_like(e, t) (higher order)
-            out[f"_zyg_acc_{nt}_{ne}"] = acc
+    for (nt, ne), acc in ACC.items():
+        acc._zyg_accumulate = True     # lowered as t += reduce_like(e, t) (higher order)
+        out[f"_zyg_acc_{nt}_{ne}"] = acc
     if backend.compiled:
         njit = backend.jit
         jit = {}
