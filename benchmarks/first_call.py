@@ -210,7 +210,7 @@ def report(rows: List[Dict[str, Any]], seconds: float) -> str:
         out += [f"- cold first call (cpu, empty cache, fresh process): median {statistics.median(firsts):.2f} s, "
                 f"worst {firsts[-1]:.2f} s; over 30 s: {sum(f > 30 for f in firsts)}",
                 f"- new function, zyg's helpers on disk (fresh process; the cache holds only the helpers "
-                f"two other gradients compiled): median {statistics.median(news):.2f} s, worst {news[-1]:.2f} s"
+                f"the gradients of {len(SEED)} other functions compiled): median {statistics.median(news):.2f} s, worst {news[-1]:.2f} s"
                 if news else "- new function with zyg's helpers on disk: not measured",
                 f"- second process, warm cache: median {statistics.median(warms):.2f} s, worst {warms[-1]:.2f} s"
                 if warms else "- second process: not measured",

@@ -86,6 +86,13 @@ def test_a_second_process_building_a_new_gradient_loads_the_helpers(tmp_path):
         np.testing.assert_allclose(r["gx"], gx, rtol=1e-12)
         assert abs(r["gw"] - gw) < 1e-12 * max(1.0, abs(gw))
     assert os.listdir(os.path.join(cache, "helpers")) == [cpu.sources_stamp()]
+    # data files named by their signature's hash, not numba's counter (two processes
+    # saving two signatures at once never write each other's entry)
+    import re
+    data = [f for _, _, fs in os.walk(os.path.join(cache, "helpers")) for f in fs if f.endswith(".nbc")]
+    assert data and all(re.search(r"\.[0-9a-f]{16}\.nbc$", f) for f in data), data
+    grows = [f for f in data if f.startswith("tape.grow-")]
+    assert len(grows) == len(set(grows)) >= 2       # the float and the int (tag) stacks
 
 
 def test_bounds_checking_keeps_the_helpers_off_the_disk(tmp_path):

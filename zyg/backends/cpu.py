@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import sys
 import types
 from typing import Any, Callable, Dict, List, Optional
 
@@ -366,8 +365,32 @@ def _helper_cache_class():
         class Impl(caching.CompileResultCacheImpl):
             _locator_classes = [Locator]
 
+        class DataFile(caching.IndexDataCacheFile):
+            """numba's index and data files, the data files named by a hash of their key
+            (argument types, target, bytecode) instead of a counter.  Helpers compile from
+            inside other compiles, without zyg's lock between processes
+            (``compile.compile_for_types``): two processes saving two signatures at once
+            each took the first free number, and one index could name the other's data.
+            Now a name holds one signature's code whoever writes it; a lost index entry is
+            a compile later, not wrong machine code."""
+
+            def save(self, key, data):
+                name = self._data_name_pattern.replace(
+                    "{number:d}", hashlib.sha256(str(key).encode()).hexdigest()[:16])
+                overloads = self._load_index()
+                if overloads.get(key) != name:
+                    overloads[key] = name
+                    self._save_index(overloads)
+                self._save_data(name, data)
+
         class HelperCache(caching.FunctionCache):
             _impl_class = Impl
+
+            def __init__(self, py_func):
+                super().__init__(py_func)
+                self._cache_file = DataFile(cache_path=self._cache_path,
+                                            filename_base=self._impl.filename_base,
+                                            source_stamp=self._impl.locator.get_source_stamp())
 
         _CACHE_CLASS.append(HelperCache)
     return _CACHE_CLASS[0]
