@@ -86,7 +86,7 @@ def measure(mode: str, T: int, s: int, repeat: int) -> dict:
     if mode == "checkpointed":
         import types
         from zyg.api import ssa_of
-        from zyg.pullbacks.ckloop import CkLoop
+        from zyg.nested.ckloop import CkLoop
         # the gradient calls the loop's compiled pair, which keeps no count: the steps are
         # counted on the run-time path (the same schedule's code), for a copy of the loss
         f0 = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)

@@ -358,14 +358,14 @@ def spectrum_loss(x):
     (power, (1.3, 6)), (tree, (0.7, 4)), (even_steps, (0.7, 5)), (recursion_in_a_loop, (0.6, 5)),
 ], ids=lambda v: getattr(v, "__name__", None))
 def test_recursion(f, args):
-    from zyg.pullbacks import recursion
+    from zyg.nested import recursion
     check(f, args, 0)
     assert recursion.CURRENT.get() is None
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_recursive_fft_of_a_complex_array(target):
-    from zyg.pullbacks import recursion
+    from zyg.nested import recursion
     x = np.exp(1j * np.linspace(0.1, 2.0, 16)) * np.linspace(0.5, 1.5, 16)
     g = zyg.grad(spectrum_loss, target=target)(x)
     np.testing.assert_allclose(np.fft.fft(x), fft(x), rtol=1e-12, atol=1e-12)

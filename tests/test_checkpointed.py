@@ -203,7 +203,7 @@ def test_jvp_matches_recorded_loop_and_reverse_mode(name, target):
 
 def _runner(f):
     from zyg.api import ssa_of
-    from zyg.pullbacks.ckloop import CkLoop
+    from zyg.nested.ckloop import CkLoop
     for blk in ssa_of(f).iter_blocks():
         for st in blk.stmts:
             if isinstance(st.expr.fn, CkLoop):

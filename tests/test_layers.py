@@ -20,17 +20,14 @@ LAYERS = [
     ("base", lambda m: m in ("zyg.errors", "zyg.caches", "zyg.version", "zyg.dicts", "zyg.numerics")),
     ("front end", lambda m: m == "zyg.ssa" or m.startswith("zyg.ssa.")),
     ("rules", lambda m: (m == "zyg.rules" or m.startswith("zyg.rules.")) and m != "zyg.rules.table"),
-    ("transforms", lambda m: (m == "zyg.pullbacks" or m.startswith("zyg.pullbacks.")) and
-     m not in NESTED),
+    ("transforms", lambda m: m == "zyg.pullbacks" or m.startswith("zyg.pullbacks.")),
     ("back ends", lambda m: m == "zyg.compile" or m == "zyg.backends" or m.startswith("zyg.backends.")),
     ("driver", lambda m: m in ("zyg.driver", "zyg.build", "zyg.safety", "zyg.entry", "zyg.tiered")),
-    ("nested transforms", lambda m: m in NESTED),
+    ("nested transforms", lambda m: m == "zyg.nested" or m.startswith("zyg.nested.")),
     ("api", lambda m: m in ("zyg", "zyg.api", "zyg.check", "zyg.__main__", "zyg.rules.table",
                             "zyg.cuda", "zyg.cuda_kernel", "zyg.cuda_tape", "zyg.sparse") or m == "zyg.tasks" or m.startswith("zyg.tasks.") or
      m == "zyg.interop" or m.startswith("zyg.interop.")),
 ]
-NESTED = ("zyg.pullbacks.ckloop", "zyg.pullbacks.recursion", "zyg.pullbacks.gradcall",
-          "zyg.pullbacks.recpairs")
 
 
 def _modules() -> Dict[str, str]:

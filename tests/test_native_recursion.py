@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import zyg
-from zyg.pullbacks import recpairs
+from zyg.nested import recpairs
 
 # GradBench's det (cmpad's det_by_minor): integer arrays written and restored around each
 # recursive call, which the adjoint rewinds

@@ -1,6 +1,6 @@
 """``zyg.jvp`` called inside a differentiated function (issue 27): reverse over forward
 (``zyg.grad`` of a function calling ``zyg.jvp``) and forward over forward (``zyg.jvp`` of
-it), lowered to the primitive JvpOf (zyg/pullbacks/gradcall.py); against central
+it), lowered to the primitive JvpOf (zyg/nested/gradcall.py); against central
 differences of the outer function, on both targets.  GradBench's particle and saddle
 ``rf`` / ``ff`` variants are built on it."""
 from __future__ import annotations

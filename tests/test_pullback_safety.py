@@ -1,5 +1,5 @@
 """The boundary between zyg's generated code and the caller's arrays (issue 12, items 6,
-9, 10 and 11; ``zyg/safety.py``, ``zyg/pullbacks/recursion.py``):
+9, 10 and 11; ``zyg/safety.py``, ``zyg/nested/recursion.py``):
 
 * aliased arguments: a written argument array that shares memory with another argument
   raises ``zyg.AliasedArguments``; arrays that are only read may alias, and then the

@@ -33,7 +33,7 @@ from .ssa.tuples import flatten_value, unflatten
 
 # the nested transforms: imported for their hooks (calls of zyg.grad, checkpointed loops
 # and recursive calls inside differentiated code)
-from .pullbacks import ckloop as _ckloop, gradcall as _gradcall, recursion as _recursion  # noqa: F401,E402
+from .nested import ckloop as _ckloop, gradcall as _gradcall, recursion as _recursion  # noqa: F401,E402
 
 
 @on_invalidate
@@ -112,7 +112,7 @@ def grad(f: Optional[Callable] = None, argnums: Union[int, Sequence[int]] = 0, *
     return _make(f, argnums, target, "grad", f"Gradient of {getattr(f, '__name__', 'f')} (zyg).")
 
 
-grad._zyg_maker = "grad"       # recognised inside differentiated code (pullbacks/gradcall.py)
+grad._zyg_maker = "grad"       # recognised inside differentiated code (nested/gradcall.py)
 
 
 def value_and_grad(f: Optional[Callable] = None, argnums: Union[int, Sequence[int]] = 0, *,
@@ -161,7 +161,7 @@ def show(f: Callable, *args: Any, argnums: Union[int, Sequence[int]] = 0, file=N
             f"argument kinds: {kinds_line}\nactive values: {act}\n\n"
             f"=== primal and adjoint (used by zyg.pullback) ===\n{code.text(p.backend.storage)}\n"
             f"=== fused value-and-gradient (used by zyg.grad) ===\n{fused.text(p.backend.storage)}")
-    from .pullbacks.recpairs import pairs_in
+    from .nested.recpairs import pairs_in
     for title, src in pairs_in(text, p.backend.name):
         text += f"\n=== compiled recursive pair of {title} (docs/calls.md, Recursion) ===\n{src}"
     for blk in ir.iter_blocks():         # loops' pairs (pullbacks/looppairs.py)
@@ -262,7 +262,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     return y, ty
 
 
-jvp._zyg_maker = "jvp"        # recognised inside differentiated code (pullbacks/gradcall.py)
+jvp._zyg_maker = "jvp"        # recognised inside differentiated code (nested/gradcall.py)
 
 
 def _lanes_of(tangents) -> int:

@@ -19,7 +19,7 @@ costs nothing for functions that neither write into nor (for ``pullback``) read 
   :class:`~zyg.errors.ModifiedAfterPullback` (as PyTorch's version counters do).
 
 It also gives every run of a primal that makes recursive calls its own record of their
-pullbacks (``zyg/pullbacks/recursion.py``).
+pullbacks (``zyg/nested/recursion.py``).
 """
 from __future__ import annotations
 

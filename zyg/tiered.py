@@ -87,7 +87,7 @@ _PURE_BUILTINS = {getattr(builtins, n) for n in (
     "slice", "hasattr", "getattr", "type", "iter", "next", "map", "filter", "list")}
 _PURE_MODULES = ("numpy", "math", "cmath", "operator", "_operator", "scipy.special",
                  "scipy.linalg", "numba.np", "numba.misc.special", "zyg.ssa", "zyg.rules",
-                 "zyg.numerics", "zyg.pullbacks.gradcall")
+                 "zyg.numerics", "zyg.nested.gradcall")
 _IMPURE_MODULES = ("numpy.random", "numba.np.random", "numba_mpi", "mpi4py", "zyg.tasks.mpi")
 
 

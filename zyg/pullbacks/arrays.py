@@ -528,7 +528,7 @@ class ArrayMixin:
 
     def recursive_arule(self, st: Stmt, active_ops: List[int]) -> "arules.ARule":
         """A recursive call with arrays: its pullback, popped by the first active operand's
-        contribution (zyg/pullbacks/recursion.py); the pullback keeps what it needs."""
+        contribution (zyg/nested/recursion.py); the pullback keeps what it needs."""
         grad_helper = recursive_calls().grad_helper
         fn = st.expr.fn.fn
         ck = isinstance(st.expr.fn, Checkpointed)

@@ -129,7 +129,7 @@ def provide_builder(impl: Any) -> None:
 
 def builder() -> Any:
     if not _BUILDER:
-        raise RuntimeError("zyg.pullbacks.recpairs is not imported (import zyg first)")
+        raise RuntimeError("zyg.nested.recpairs is not imported (import zyg first)")
     return _BUILDER[0]
 
 

@@ -727,7 +727,7 @@ class StructuredMixin:
 def _order_bound(st: Stmt) -> bool:
     """Does the adjoint of ``st`` have run-time effects whose order matters?  A recursive
     call or a ``zyg.checkpoint`` takes its pullback from the records of the run, newest
-    first (``zyg/pullbacks/recursion.py``); a checkpointed loop's runner does the same; a
+    first (``zyg/nested/recursion.py``); a checkpointed loop's runner does the same; a
     ``zyg.hook`` calls the user's function, whose calls are seen in the reverse order.
     The reverse of a loop holding one runs backwards: forwards, an iteration would take
     another iteration's pullback."""

@@ -9,7 +9,7 @@ Inside, the lowering binds their function argument statically (``zyg/ssa/lower.p
 * ``checkpoint(fn, *args)`` becomes a call of ``Checkpointed(fn)``: the forward pass
   calls ``fn`` without recording anything; the backward pass runs ``fn``'s pullback
   from the saved arguments (recomputing ``fn``) and applies it to the cotangent
-  (``zyg/pullbacks/recursion.py``, which does the same for recursive calls).
+  (``zyg/nested/recursion.py``, which does the same for recursive calls).
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ hooks.FUNCTION_PRIMS[checkpoint] = hooks.FunctionPrim("checkpoint", lambda f: Ch
 
 
 # recursive calls and zyg.checkpoint: their rules call the callee's pullback at run time,
-# through the driver; the module that makes them (zyg/pullbacks/recursion.py) sits above
+# through the driver; the module that makes them (zyg/nested/recursion.py) sits above
 # the driver, and the transforms reach it through this slot
 _RECURSIVE_CALLS: list = []
 
@@ -128,5 +128,5 @@ def provide_recursive_calls(impl: Any) -> None:
 def recursive_calls() -> Any:
     """The provider of ``recursive_rule``, ``call_helper`` and ``grad_helper``."""
     if not _RECURSIVE_CALLS:
-        raise RuntimeError("zyg.pullbacks.recursion is not imported (import zyg first)")
+        raise RuntimeError("zyg.nested.recursion is not imported (import zyg first)")
     return _RECURSIVE_CALLS[0]

@@ -11,7 +11,7 @@ those layers fill in when they are imported (``import zyg`` imports them all):
 * :data:`CALL_LOWERINGS`: lowerings of whole calls owned by another layer
   (``zyg.grad(g)(x)`` inside differentiated code: ``zyg/rules/gradcall.py``);
 * :data:`LOOPS`: iterators whose ``for`` loop lowers to primitives of another layer
-  (``zyg.checkpointed_range``: ``zyg/pullbacks/ckloop.py``);
+  (``zyg.checkpointed_range``: ``zyg/nested/ckloop.py``);
 * :data:`PRIMS`: primitives the front end emits for a method call (``x.astype``);
 * :data:`STATIC_ATTRS`: attributes of library modules that another layer resolves itself
   (``cuda.threadIdx.x`` inside a kernel: ``zyg/cuda_kernel.py``); a resolved object may

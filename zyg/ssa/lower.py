@@ -1009,7 +1009,7 @@ class Lowerer:
     def checkpointed_loop(self, st, it, prims: "hooks.LoopPrims") -> None:
         """``for t in zyg.checkpointed_range(...)``: the body becomes a step function of the
         carried values and the values it reads; the loop one checkpointed call
-        (``zyg/pullbacks/ckloop.py``) and one read-out per carried value."""
+        (``zyg/nested/ckloop.py``) and one read-out per carried value."""
         if not isinstance(st.target, gast.Name):
             raise self.unsupported(st.target, "the loop variable of checkpointed_range must be a plain name")
         if not 1 <= len(it.args) <= 2 or any(isinstance(a, gast.Starred) for a in it.args):
@@ -1881,7 +1881,7 @@ class Lowerer:
 
     def recursive_call(self, fn, fdef, name: str, node, hint: str, defaults, kwdefaults) -> Operand:
         """A call of a function that is being inlined already: a real call, through the
-        callee's own pullback at run time (``zyg/pullbacks/recursion.py``)."""
+        callee's own pullback at run time (``zyg/nested/recursion.py``)."""
         if isinstance(fn, Closure):
             raise self.unsupported(node, f"recursive call of the nested function {name!r}: "
                                          "recursion is supported for module-level functions",

@@ -237,7 +237,7 @@ class InPlace(Prim):
 
 class Recursive:
     """A recursive call of the user function ``fn`` (it cannot be inlined): the transform
-    calls ``fn``'s own pullback at run time (``zyg/pullbacks/recursion.py``).  Not a
+    calls ``fn``'s own pullback at run time (``zyg/nested/recursion.py``).  Not a
     :class:`Prim`: it is a call with a rule, not an array primitive."""
 
     def __init__(self, fn: Any):

@@ -65,7 +65,7 @@ from ..build import ForwardMode, Program, Split, Transform, build as build_progr
 from ..caches import BUILD_LOCK
 from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch, UnsupportedSyntax
-from ..pullbacks.ckloop import PACKED_KIND, CkLoop, CkPart, PartRunner, _no_hidden, _pack_src, \
+from ..nested.ckloop import PACKED_KIND, CkLoop, CkPart, PartRunner, _no_hidden, _pack_src, \
     _unpack_src
 from ..pullbacks.transform import emit_step, plan
 from ..ssa import hooks

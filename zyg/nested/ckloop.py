@@ -37,10 +37,10 @@ from ..driver import _ident, _kinds, ssa_of
 from ..errors import TypeMismatch
 from ..rules.higher import Checkpointed, checkpointed_range
 from ..ssa import hooks
-from . import looppairs
-from .tape import grow
+from ..pullbacks import looppairs
+from ..pullbacks.tape import grow
 from .recursion import _python_call, call_helper
-from .transform import plan
+from ..pullbacks.transform import plan
 from ..ssa.analysis import array_dtype, array_kind, differentiable, is_array, is_tuple
 
 _FLOAT_ARRAYS = ("float64", "float32")
@@ -573,7 +573,7 @@ class PartRunner:
 
 class CkLoop(Checkpointed):
     """A checkpointed loop: ``CkLoop(runner)(T, t0, s, *carried, *read)`` is the loop's final
-    carried values packed into a float64 vector (``zyg/pullbacks/ckloop.py``)."""
+    carried values packed into a float64 vector (``zyg/nested/ckloop.py``)."""
 
     def __init__(self, runner: Any):
         super().__init__(runner)

@@ -14,10 +14,10 @@ from ..build import Program, Transform, build
 from ..caches import BUILD_LOCK, on_invalidate
 from ..ssa.analysis import array_ndim, differentiable, is_array, is_tuple
 from ..ssa.emit import Capacity, Code, Def, Grow, RoomCheck, var_name
-from .native import STACKS, _positions, params_mutated, possible, provide_builder
-from .tape import KIND_STACK
-from .forward import Forward
-from .transform import Emitter, plan
+from ..pullbacks.native import STACKS, _positions, params_mutated, possible, provide_builder
+from ..pullbacks.tape import KIND_STACK
+from ..pullbacks.forward import Forward
+from ..pullbacks.transform import Emitter, plan
 
 RECURSION_LIMIT = 100000        # Python's limit (python target) while a pair recurses
 
@@ -288,7 +288,7 @@ def jvp_pair_for(fn: Any, kinds: Tuple[str, ...], out_kind: str, backend):
 
 
 def _build_jvp(fn: Any, ir, kinds: Tuple[str, ...], out_kind: str, backend, key: tuple):
-    from .forward import check_forward_kinds
+    from ..pullbacks.forward import check_forward_kinds
     p = _plan(fn, ir, kinds, out_kind, backend, key)
     if p is None:
         return None

@@ -31,7 +31,7 @@ from ..ssa.analysis import array_dtype, array_ndim, differentiable, is_array, is
 from ..driver import pullback
 from ..rules import higher
 from ..rules.closure import ConvertedRule
-from .records import CURRENT, Records, current  # noqa: F401  (the records of a run)
+from ..pullbacks.records import CURRENT, Records, current  # noqa: F401  (the records of a run)
 
 RECURSION_LIMIT = 100000        # Python's limit while recursive calls run (default 1000)
 
@@ -84,7 +84,7 @@ _RULES: Dict[Tuple[Any, Tuple[str, ...], str, str], ConvertedRule] = {}
 def _cotangents(fn: Any, target: str, args, dy) -> list:
     """The cotangents of all operands of ``fn(*args)`` for ``dy``: from ``fn``'s pullback,
     recomputed, or from the primitive's own compiled backward pass (checkpointed loops,
-    ``zyg/pullbacks/ckloop.py``)."""
+    ``zyg/nested/ckloop.py``)."""
     if getattr(fn, "_zyg_runner", False):
         return fn.vjp(target, args, dy)
     y, back = pullback(fn, *args, target=target)

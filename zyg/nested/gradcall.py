@@ -44,8 +44,8 @@ from ..ssa.captured import Closure
 from ..ssa.emit import Def, _ident as ident, var_name
 from ..ssa.lower import unwrap
 from ..ssa.prims import MakeTuple, Prim
-from .forward import check_forward_kinds
-from .transform import plan
+from ..pullbacks.forward import check_forward_kinds
+from ..pullbacks.transform import plan
 
 
 class GradOf(Prim):
