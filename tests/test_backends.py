@@ -13,7 +13,7 @@ import pytest
 import zyg
 from zyg import backends
 from zyg.backends.python import PythonBackend
-from zyg.pullbacks.tape import NumpyStacks
+from zyg.backends.storage import NumpyStacks
 from zyg.ssa import emit
 from conftest import fd_partial
 

@@ -68,7 +68,7 @@ class Backend:
     host = True
 
     def __init__(self):
-        from ..pullbacks.tape import NumpyStacks
+        from .storage import NumpyStacks
         #: how the tape nodes of generated code are spelled on this target
         self.storage = NumpyStacks(unsigned=self.compiled)
         self._helpers: Dict[Any, Any] = {}

@@ -136,7 +136,7 @@ def if_chain(first: bool, cond: str) -> Union[If, Elif]:
     return If(cond) if first else Elif(cond)
 
 
-# -- tape nodes: the back end's storage spells them (zyg/pullbacks/tape.py: NumpyStacks) --
+# -- tape nodes: the back end's storage spells them (zyg/backends/storage.py: NumpyStacks) --
 #
 # A stack ``s`` (``f`` floats, ``i`` ints, ``c`` complex, ``t`` edge tags) has a top
 # ``_<s>sp`` that the expressions of other statements may read; everything else about its
