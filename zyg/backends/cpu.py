@@ -375,8 +375,10 @@ def _helper_cache_class():
             a compile later, not wrong machine code."""
 
             def save(self, key, data):
-                name = self._data_name_pattern.replace(
-                    "{number:d}", hashlib.sha256(str(key).encode()).hexdigest()[:16])
+                pattern = getattr(self, "_data_name_pattern", None)
+                if not isinstance(pattern, str) or "{number:d}" not in pattern:
+                    return super().save(key, data)      # another numba's layout: its own
+                name = pattern.replace("{number:d}", hashlib.sha256(str(key).encode()).hexdigest()[:16])
                 overloads = self._load_index()
                 if overloads.get(key) != name:
                     overloads[key] = name
@@ -404,5 +406,7 @@ def helper_cache(disp: Any) -> None:
         return
     try:
         disp._cache = _helper_cache_class()(disp.py_func)
-    except (RuntimeError, OSError):
-        pass            # no writable place: compiled in each process, as before
+    except (RuntimeError, OSError, AttributeError, ImportError, TypeError):
+        # no writable place, or a numba whose cache classes are laid out otherwise
+        # (numba.core.caching is not a public API): compiled in each process, as before
+        pass
