@@ -55,7 +55,10 @@ class Tracing(PythonBackend):
 
     def load(self, code, ns, names, stem):
         self.loads += 1
+        self.stems.append(stem)
         return super().load(code, ns, names, stem)
+
+    stems: list = []
 
 
 TRACING = backends.register(Tracing())
@@ -124,6 +127,55 @@ def test_a_registered_back_end_runs_forward_mode_and_second_order():
     h = zyg.hessian(lambda x: math.sin(x) * x ** 3, target="tracing")(0.4)
     assert h == pytest.approx(-math.sin(0.4) * 0.4 ** 3 + 6 * math.cos(0.4) * 0.4 ** 2 + 6 * 0.4 * math.sin(0.4),
                               rel=1e-9)
+
+
+def _modes(x, n):
+    s = 0.0
+    for i in range(n):
+        s = s * 0.8 + math.cos(x * i)
+    return s
+
+
+def _sq(x):
+    return x * x * math.sin(x)
+
+
+def _penalised(x):
+    return x ** 2 + zyg.grad(_sq)(x) ** 2      # zyg.grad inside differentiated code
+
+
+def _stepped(x):
+    s = x
+    for t in zyg.checkpointed_range(6, snapshots=2):
+        s = s * 0.8 + math.sin(s) * 0.1
+    return s
+
+
+def test_every_mode_reaches_a_back_end_through_its_load():
+    """One build step (zyg/build.py, issue 25): the module of every mode -- fused gradient,
+    pullback, forward mode, second order, a gradient inside differentiated code, a
+    checkpointed loop's step -- reaches the back end through its ``load``, so a back end
+    plugs in once.  Each value is checked against the python target."""
+    TRACING.stems = []
+    x = 0.6
+    assert zyg.grad(_modes, target="tracing")(x, 5) == zyg.grad(_modes, target="python")(x, 5)
+    y, back = zyg.pullback(_modes, x, 5, target="tracing")
+    assert back(1.0)[0] == pytest.approx(zyg.grad(_modes, target="python")(x, 5), rel=1e-12)
+    _, t = zyg.jvp(_modes, (x, 5), (1.0, None), target="tracing")
+    assert t == pytest.approx(zyg.grad(_modes, target="python")(x, 5), rel=1e-12)
+    h = zyg.hessian(_sq, target="tracing")(x)
+    assert h == pytest.approx(zyg.hessian(_sq, target="python")(x), rel=1e-12)
+    gp = zyg.grad(_penalised, target="tracing")(x)
+    assert gp == pytest.approx(zyg.grad(_penalised, target="python")(x), rel=1e-12)
+    gs = zyg.grad(_stepped, target="tracing")(x)
+    assert gs == pytest.approx(zyg.grad(_stepped, target="python")(x), rel=1e-12)
+    stems = " ".join(TRACING.stems)
+    # (the Hessian's drivers: forward mode over the gradient's source, "_sq_d0_grad_h"; the
+    # gradient inside differentiated code and its tangent: "_sq_gd0"; the checkpointed
+    # loop's plain step, recorded step and schedule: "_run", "_rev", "_ck")
+    for part in ("_modes_vg", "_modes_pullback", "_modes_jvp", "_sq_d0_grad_h", "_sq_gd0",
+                 "_penalised_vg", "_run", "_rev", "_ck", "_stepped_vg"):
+        assert part in stems, (part, TRACING.stems)
 
 
 def test_every_tape_node_has_a_lowering():
