@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import UnsupportedSyntax
 from ..pullbacks.tape import STACKS
 from .base import Backend
+from .storage import Stacks
 
 #: items per stack of a per-thread tape whose size the transform could not bound
 DEFAULT_TAPE_SIZE = 256
@@ -109,7 +110,7 @@ def _atomic_add_device(ndim: int):
     return got
 
 
-class LocalStacks:
+class LocalStacks(Stacks):
     """The tape on the cuda back end: per stack a ``cuda.local.array`` ``_<s>s`` of a size
     fixed at compile time, its room ``_<s>cap``, its top ``_<s>sp`` and the room a counted
     loop asked for ``_<s>want``.  One instance renders one generated module (it remembers
@@ -119,9 +120,6 @@ class LocalStacks:
         self.tape_size = tape_size
         self.size: Dict[str, int] = {}
         self.checked: Dict[str, bool] = {}
-
-    def lower(self, node) -> List[str]:
-        return getattr(self, "_" + type(node).__name__)(node)
 
     def _slot(self, s: str, offset) -> str:
         e = f"_{s}sp" if offset is None else f"_{s}sp + {offset}"
@@ -160,31 +158,12 @@ class LocalStacks:
 
     _PopArray = _PushArray
 
-    def _SetTop(self, n) -> List[str]:
-        return [f"_{n.stack}sp = {n.value}"]
-
-    def _RoomCheck(self, n) -> List[str]:
-        s = n.stack
-        more = f" or _{s}want > _{s}cap" if n.want else ""
-        return [f"if {n.need} > _{s}cap{more}:"]
-
-    def _NoRoom(self, n) -> List[str]:
-        return ["if " + " or ".join(f"_{s}sp + {c} > _{s}cap" for s, c in n.needs) + ":"]
-
     def _Grow(self, n) -> List[str]:
         # a local array cannot grow: from here on the stack is in overflow mode
         return [f"_{n.stack}cap = {_UNBOUNDED}"]
 
     def _Capacity(self, n) -> List[str]:
         return ["pass"]
-
-    def _Want(self, n) -> List[str]:
-        return [f"_{n.stack}want = {n.value}"]
-
-    def _Reserve(self, n) -> List[str]:
-        if n.start:
-            return [f"_{n.stack}end = _{n.stack}sp + {n.amount}"]
-        return [f"_{n.stack}end += {n.amount}"]
 
     def _TapeOverflow(self, n) -> List[str]:
         return ["if " + " or ".join(f"_{s}sp > {self.size[s]}" for s in n.stacks) + ":"]

@@ -11,7 +11,37 @@ from typing import List, Optional
 from ..pullbacks.tape import INITIAL, STACKS
 
 
-class NumpyStacks:
+class Stacks:
+    """What every storage of the tape spells the same way: the dispatch of a node to its
+    lowering, and the nodes about the top, the room and the reservations of a stack, which
+    are plain integer locals on every target.  :class:`NumpyStacks` (python, cpu) and
+    ``backends/cuda.LocalStacks`` (device code) add the nodes that touch the buffers."""
+
+    def lower(self, node) -> List[str]:
+        """The statements (one indentation level) that ``node`` is on this storage."""
+        return getattr(self, "_" + type(node).__name__)(node)
+
+    def _SetTop(self, n) -> List[str]:
+        return [f"_{n.stack}sp = {n.value}"]
+
+    def _RoomCheck(self, n) -> List[str]:
+        s = n.stack
+        more = f" or _{s}want > _{s}cap" if n.want else ""
+        return [f"if {n.need} > _{s}cap{more}:"]
+
+    def _NoRoom(self, n) -> List[str]:
+        return ["if " + " or ".join(f"_{s}sp + {c} > _{s}cap" for s, c in n.needs) + ":"]
+
+    def _Want(self, n) -> List[str]:
+        return [f"_{n.stack}want = {n.value}"]
+
+    def _Reserve(self, n) -> List[str]:
+        if n.start:
+            return [f"_{n.stack}end = _{n.stack}sp + {n.amount}"]
+        return [f"_{n.stack}end += {n.amount}"]
+
+
+class NumpyStacks(Stacks):
     """The tape's storage on the python and cpu back ends: per stack a growable numpy
     buffer ``_<s>s``, its capacity ``_<s>cap``, its top ``_<s>sp`` and the room a counted
     loop asked for ``_<s>want``, all local variables of the generated function.  Buffers
@@ -24,10 +54,6 @@ class NumpyStacks:
 
     def __init__(self, unsigned: bool):
         self.unsigned = unsigned
-
-    def lower(self, node) -> List[str]:
-        """The statements (one indentation level) that ``node`` is on this storage."""
-        return getattr(self, "_" + type(node).__name__)(node)
 
     def index(self, e: str) -> str:
         return f"np.uint64({e})" if self.unsigned else e
@@ -77,25 +103,11 @@ class NumpyStacks:
                 f"_{s}sp -= _sz",
                 f"{n.name} = {view}"]
 
-    def _SetTop(self, n) -> List[str]:
-        return [f"_{n.stack}sp = {n.value}"]
-
-    def _RoomCheck(self, n) -> List[str]:
-        s = n.stack
-        more = f" or _{s}want > _{s}cap" if n.want else ""
-        return [f"if {n.need} > _{s}cap{more}:"]
-
-    def _NoRoom(self, n) -> List[str]:
-        return ["if " + " or ".join(f"_{s}sp + {c} > _{s}cap" for s, c in n.needs) + ":"]
-
     def _Grow(self, n) -> List[str]:
         return [f"_{n.stack}s = _zyg_grow(_{n.stack}s, {n.size})"]
 
     def _Capacity(self, n) -> List[str]:
         return [f"_{n.stack}cap = _{n.stack}s.shape[0]"]
-
-    def _Want(self, n) -> List[str]:
-        return [f"_{n.stack}want = {n.value}"]
 
     def _TapeOverflow(self, n) -> List[str]:
         # growable: never short of room (only fixed-size storages emit this node)
@@ -117,8 +129,3 @@ class NumpyStacks:
                 out.append(f"_{s}sp = {n.out}[{k + 1}]")
             k += 2
         return out
-
-    def _Reserve(self, n) -> List[str]:
-        if n.start:
-            return [f"_{n.stack}end = _{n.stack}sp + {n.amount}"]
-        return [f"_{n.stack}end += {n.amount}"]
