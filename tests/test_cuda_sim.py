@@ -173,6 +173,37 @@ def recursive(x, n):
     return math.sin(recursive(x, n - 1))
 
 
+def two_arg_while(x, y):
+    """Two arguments and a data-dependent while loop (forward mode under ``auto``)."""
+    s = x
+    k = 0
+    while s < 10.0 and k < 200:
+        s = s * (1.0 + y) + 0.1 * math.sin(x)
+        k += 1
+    return s * y + k
+
+
+def five_arg_while(a, b, c, d, e):
+    """Five arguments: reverse mode under ``auto``, however long the tape."""
+    s = a
+    while s < 5.0:
+        s = s * (1.0 + b * b) + c * d + e
+    return s
+
+
+def zero_times_inf(x, y):
+    """0 * inf inside: sqrt's derivative at 0, multiplied by a zero (co)tangent."""
+    return x * y + 0.0 * math.sqrt(y - y)
+
+
+def softclip(x):
+    return x / (1.0 + abs(x))
+
+
+def uses_softclip(x, y):
+    return softclip(x * y) + x
+
+
 # -- the checks (run in the child) ------------------------------------------------------------
 
 def _fd(f, args, i, h=1e-6):
@@ -189,6 +220,24 @@ def _close(a, b, tol, what=""):
     b = np.asarray(b, dtype=float)
     err = np.max(np.abs(a - b) / (1.0 + np.abs(b)))
     assert err <= tol, f"{what}: max rel error {err:.3e} > {tol:.1e}\n{a}\n{b}"
+
+
+class _mode:
+    """Device gradients of numbers built in this mode inside the block
+    (``zyg.cuda.set_gradient_mode``): the checks of the reverse sweep's per-thread tape
+    ask for ``reverse``, since ``auto`` takes forward mode for one argument."""
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def __enter__(self):
+        import zyg
+        self.old = zyg.cuda.gradient_mode()
+        zyg.cuda.set_gradient_mode(self.mode)
+
+    def __exit__(self, *exc):
+        import zyg
+        zyg.cuda.set_gradient_mode(self.old)
 
 
 def _launch(kern, n, *args):
@@ -238,6 +287,11 @@ def check_helpers_value_and_grad():
 
 
 def check_counted_loop_static_tape():
+    with _mode("reverse"):
+        _counted_loop_static_tape()
+
+
+def _counted_loop_static_tape():
     import numpy as np
     import zyg
     from zyg import backends
@@ -305,6 +359,11 @@ def check_bessel_while_loop():
 
 
 def check_tape_overflow():
+    with _mode("reverse"):
+        _tape_overflow()
+
+
+def _tape_overflow():
     import numpy as np
     import zyg
     old = zyg.cuda.tape_size()
@@ -343,10 +402,22 @@ def check_tape_overflow():
 
 
 def check_runtime_bound_loop():
+    for mode in ("reverse", "auto"):
+        with _mode(mode):
+            _runtime_bound_loop(mode)
+
+
+def _runtime_bound_loop(mode):
     import numpy as np
     import zyg
     from zyg import backends
     from zyg.cuda import build
+    if mode == "auto":          # forward mode: no tape to check
+        assert build(long_loop, ["float"], 0, backends.get("cuda")).mode == "forward"
+        xs = np.array([0.3, 0.7])
+        _close(zyg.vmap(zyg.grad(long_loop), target="cuda")(xs),
+               zyg.vmap(zyg.grad(long_loop), target="cpu")(xs), 1e-12, "long loop, forward")
+        return
     # a constant bound too large for local memory: the checked tape, grown by vmap
     text = open(build(long_loop, ["float"], 0, backends.get("cuda")).path).read()
     assert "cuda.local.array(256, np.float64)" in text and " if _fsp + 0 < 255 else 255]" in text
@@ -418,6 +489,101 @@ def check_vmap_targets_agree():
     gd = zyg.vmap(zyg.grad(bessel_j), target="cuda")(cuda.to_device(z), 2)
     assert not isinstance(gd, np.ndarray)
     _close(gd.copy_to_host(), ref, 1e-12, "device arrays")
+
+
+def check_forward_mode():
+    """Device gradients of numbers in forward mode (``zyg.cuda.set_gradient_mode``): which
+    mode ``auto`` takes, and every mode's gradient equal to the cpu target's."""
+    import numpy as np
+    import zyg
+    from zyg import backends
+    from zyg.cuda import build
+
+    def mode_of(f, kinds, argnums):
+        return build(f, kinds, argnums, backends.get("cuda")).mode
+    assert zyg.cuda.gradient_mode() == "auto"
+    ff = ["float", "float"]
+    assert mode_of(bessel_j, ["float", "int"], 0) == "forward"          # one argument
+    assert mode_of(two_arg_while, ff, (0, 1)) == "forward"              # an unbounded tape
+    assert mode_of(nested_loops, ff, (0, 1)) == "reverse"               # a short bounded tape
+    assert mode_of(branchy, ff, (0, 1)) == "reverse"
+    assert mode_of(five_arg_while, ["float"] * 5, (0, 1, 2, 3, 4)) == "reverse"   # > FORWARD_MAX
+    with _mode("forward"):
+        assert mode_of(branchy, ff, (0, 1)) == "forward"
+    with _mode("reverse"):
+        assert mode_of(bessel_j, ["float", "int"], 0) == "reverse"
+    try:
+        zyg.cuda.set_gradient_mode("sideways")
+    except ValueError as e:
+        assert "sideways" in str(e)
+    else:
+        raise AssertionError("no ValueError for an unknown mode")
+    assert zyg.cuda.gradient_mode() == "auto"
+
+    xs = np.linspace(0.2, 1.4, 9)
+    ys = np.linspace(0.05, 0.6, 9)
+    cases = [(two_arg_while, (0, 1), (xs, ys)), (branchy, (0, 1), (xs - 0.7, ys)),
+             (zero_times_inf, (0, 1), (xs, ys)), (zero_times_inf, 1, (xs, ys)),
+             (five_arg_while, (0, 1, 2, 3, 4), (xs, ys, ys, ys, ys)),
+             (bessel_j, 0, (xs * 8, np.full(9, 2, np.int64)))]
+    for f, argnums, args in cases:
+        ref = zyg.vmap(zyg.value_and_grad(f, argnums=argnums), target="cpu")(*args)
+        for mode in ("forward", "reverse", "auto"):
+            with _mode(mode):
+                v, g = zyg.vmap(zyg.value_and_grad(f, argnums=argnums), target="cuda")(*args)
+            what = f"{f.__name__} {argnums} {mode}"
+            _close(v, ref[0], 1e-14, what + " value")
+            for a, b in zip(g if isinstance(argnums, tuple) else [g],
+                            ref[1] if isinstance(argnums, tuple) else [ref[1]]):
+                assert np.isfinite(a).all(), what
+                _close(a, b, 1e-12, what)
+    # 0 * inf: the zero tangent contributes nothing, as a zero cotangent does on cpu
+    _close(zyg.vmap(zyg.grad(zero_times_inf, argnums=1), target="cuda")(xs, ys), xs, 0, "0 * inf")
+    _close([_fd(two_arg_while, [float(x), float(y)], 1) for x, y in zip(xs, ys)],
+           zyg.vmap(zyg.grad(two_arg_while, argnums=1), target="cuda")(xs, ys), 1e-5, "fd")
+
+    # from a user's kernel: value and a tuple of gradients, in forward mode
+    vg = zyg.value_and_grad(two_arg_while, argnums=(0, 1), target="cuda")
+
+    @cuda.jit
+    def k(x, y, v, gx, gy):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            r = vg(x[i], y[i])
+            v[i] = r[0]
+            gx[i] = r[1][0]
+            gy[i] = r[1][1]
+    v, gx, gy = np.zeros(9), np.zeros(9), np.zeros(9)
+    _launch(k, 9, xs, ys, v, gx, gy)
+    cpu = zyg.vmap(zyg.value_and_grad(two_arg_while, argnums=(0, 1)), target="cpu")(xs, ys)
+    _close(v, cpu[0], 1e-14, "kernel value")
+    _close(gx, cpu[1][0], 1e-12, "kernel d/dx")
+    _close(gy, cpu[1][1], 1e-12, "kernel d/dy")
+
+    # a custom rule whose pullback is not one expression: no forward rule, so auto builds
+    # reverse mode and forward mode says why it cannot
+    @zyg.adjoint(softclip)
+    def _(x):
+        y = softclip(x)
+
+        def back(dy):
+            d = 1.0 + abs(x)
+            return (dy / (d * d),)
+        return y, back
+    try:
+        assert mode_of(uses_softclip, ff, 0) == "reverse"
+        g = zyg.vmap(zyg.grad(uses_softclip), target="cuda")(xs - 0.5, ys)
+        _close(g, zyg.vmap(zyg.grad(uses_softclip), target="cpu")(xs - 0.5, ys), 1e-14, "rule")
+        with _mode("forward"):
+            try:
+                build(uses_softclip, ff, 0, backends.get("cuda"))
+            except zyg.NoAdjoint as e:
+                assert "forward rule" in str(e), str(e)
+            else:
+                raise AssertionError("forward mode built through a rule without a forward rule")
+    finally:
+        from zyg.rules.registry import reset_user_rules
+        reset_user_rules()
 
 
 def check_refusals():
@@ -1081,6 +1247,28 @@ def ptx_anchor_kernel_adjoints():
 
 
 CHECKS = [n for n in list(globals()) if n.startswith("check_")]
+def ptx_forward_mode_has_no_tape():
+    """Bessel's device gradient in forward mode keeps no per-thread tape (no local array of
+    the tape's size); in reverse mode it has one."""
+    import numba
+    import zyg
+    a1 = numba.float64[:]
+    depots = {}
+    for mode in ("forward", "reverse"):
+        with _mode(mode):
+            dj = zyg.grad(bessel_j, target="cuda")
+
+            def k(z, out):
+                i = cuda.grid(1)
+                if i < z.shape[0]:
+                    out[i] = dj(z[i], 2)
+            ptx = _ptx(k, (a1, a1))
+        sizes = [int(n) for n in re.findall(r"__local_depot\d+\[(\d+)\]", ptx)]
+        depots[mode] = max(sizes, default=0)
+    # the reverse tape: 256 float64 items
+    assert depots["reverse"] >= 256 * 8 and depots["forward"] < 256, depots
+
+
 PTX = [n for n in list(globals()) if n.startswith("ptx_")]
 
 

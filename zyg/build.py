@@ -136,6 +136,7 @@ class ForwardMode(Transform):
     batched: bool = False
     copy_args: bool = True
     keep: Optional[FrozenSet[int]] = None     # ids of parameters passed through as they are
+    zero_guards: bool = False                 # a zero tangent contributes nothing (0 * inf)
 
     def emit(self, p: Plan, stem: str) -> Program:
         if self.batched:
@@ -145,6 +146,7 @@ class ForwardMode(Transform):
             from .pullbacks.forward import Forward
             fwd = Forward(p)
         fwd.copy_args = self.copy_args
+        fwd.zero_guards = self.zero_guards
         if self.keep is not None:
             fwd.keep_params = set(self.keep)
         code = fwd.emit(stem)

@@ -38,6 +38,9 @@ DEFAULT_TAPE_SIZE = 256
 MAX_STATIC = 16384
 #: "no limit": the room of a stack once it overflowed (every later check passes)
 _UNBOUNDED = 1 << 62
+#: how a device gradient of float arguments is made: ``reverse`` (a per-thread tape),
+#: ``forward`` (one tangent pass per argument, no tape), ``auto`` (zyg/cuda.py chooses)
+GRADIENT_MODES = ("auto", "reverse", "forward")
 
 
 def numpy_shim() -> bool:
@@ -183,18 +186,24 @@ class CudaBackend(Backend):
     bounded_tape = True
     host = False
 
-    def __init__(self, tape_size: int = DEFAULT_TAPE_SIZE):
+    def __init__(self, tape_size: int = DEFAULT_TAPE_SIZE, mode: str = "auto"):
         super().__init__()
+        if mode not in GRADIENT_MODES:
+            raise ValueError(f"a device gradient's mode is one of {', '.join(GRADIENT_MODES)}, "
+                             f"not {mode!r}")
         self.tape_size = int(tape_size)
+        #: how device gradients of numbers are made (zyg.cuda.set_gradient_mode)
+        self.mode = mode
         self.storage = LocalStacks(self.tape_size)
 
     def sized(self, tape_size: int) -> "CudaBackend":
         """This back end with another size of the unbounded per-thread tape."""
-        return self if tape_size == self.tape_size else CudaBackend(tape_size)
+        return self if tape_size == self.tape_size else CudaBackend(tape_size, self.mode)
 
     def tag(self) -> str:
         sim = "simulator" if simulator() else "device"
-        return f"# target cuda ({sim}): per-thread tape of {self.tape_size} items where unbounded"
+        return (f"# target cuda ({sim}): per-thread tape of {self.tape_size} items where "
+                f"unbounded; gradients of numbers: {self.mode}")
 
     def prepare(self) -> None:
         cuda_module()

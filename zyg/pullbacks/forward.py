@@ -78,6 +78,11 @@ class Forward:
         # ids of array parameters never copied on entry: the tape buffers that the Hessian
         # drivers keep between calls (zyg/api.py), written before they are read
         self.keep_params: Set[int] = set()
+        # a number's tangent term is taken only where the operand's tangent is nonzero
+        # (``t * d if t != 0 else t``): the dual of the reverse sweep's zero-cotangent tests,
+        # so that ``0 * inf`` never makes a tangent nan where the gradient of the same
+        # program is finite (device gradients in forward mode, zyg/cuda.py)
+        self.zero_guards = False
 
     batched = False     # tangents with a leading lane axis (forward_batched.BatchedForward)
 
@@ -372,7 +377,10 @@ class Forward:
             mapping[conv.back_param] = self.t(ops[i])
             if conv.out:
                 mapping[conv.out] = y
-            terms.append(f"({self.rule_src(conv, ex, mapping)})")
+            term = self.rule_src(conv, ex, mapping)
+            if self.zero_guards:
+                term = f"{term} if {self.t(ops[i])} != 0 else {self.t(ops[i])}"
+            terms.append(f"({term})")
         return " + ".join(terms) if terms else "0.0"
 
     def zero_like(self, st: Stmt) -> str:
