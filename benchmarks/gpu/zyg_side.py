@@ -9,7 +9,8 @@ call", like the anchors' hand-written calls:
 
 * Bessel, adjoint kernel: one launch of ``seed_k`` (dz = 0, dout = 1: Enzyme's convention, the
   output shadow holds the cotangent on entry) and one of ``zyg.vjp(bessel_primal_k)``;
-* Bessel, batch: ``zyg.vmap(zyg.value_and_grad(j2), target="cuda")(z_device, 2)``;
+* Bessel, batch: ``zyg.vmap(zyg.value_and_grad(j2), target="cuda")(z_device, 2)`` (forward
+  mode: ``zyg.cuda.gradient_mode()`` is ``auto``, and j2 has one differentiated argument);
 * heat: ``zyg.cuda.Tape`` over the T launches of ``heat_step_k`` (ping-pong), the loss
   sum(u_T^2) on the host, ``tape.backward(grads=[(u_T, 2 u_T)])``, ``tape.gradient(u0)``;
 * XS: one launch zeroing the shadows and the loss, one of ``zyg.vjp(xs_lookup_k)`` with the

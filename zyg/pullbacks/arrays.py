@@ -42,6 +42,10 @@ from .tape import KIND_STACK
 from .reshapes import Reshapes, is_reshape, shape_src, view_keeps_c
 
 UNSIGNED_INDEX = True   # proven non-negative array indices cast to np.uint64 (ArrayMixin.index_text)
+#: float arithmetic (+ - * / and unary -) on values the adjoint has again is recomputed there
+#: instead of taped, up to this many operations per value (ArrayMixin.remat); 0: never
+REMAT_FLOAT_OPS = 6
+_FLOAT_REMAT = (operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pos)
 
 _STACK_OF_DTYPE = {"f": "f", "c": "c", "i": "i", "u": "i", "b": "i"}
 
@@ -783,6 +787,12 @@ class ArrayMixin:
         if self.kind(a) in ("int", "bool") and e.fn in (_o.add, _o.sub, _o.mul, _o.floordiv, _o.mod) \
                 and not e.kwargs:
             return all(self.remat(q, blk_id) for q in e.args)
+        if self.kind(a) == "float" and e.fn in _FLOAT_REMAT and not e.kwargs and \
+                all(not isinstance(q, Var) or self.kind(q) in ("float", "int", "bool") for q in e.args):
+            # cheap float arithmetic: the same operations on the same values give the same
+            # bits again; bounded, since every use in the adjoint repeats the expression
+            return self.remat_ops(a, blk_id) <= REMAT_FLOAT_OPS and \
+                all(self.remat(q, blk_id) for q in e.args)
         if isinstance(e.fn, GetItem) and e.args and self.is_arr(e.args[0]) and not self.is_arr(a):
             base = e.args[0]
             if not all(self.remat(q, blk_id) for q in e.args):
@@ -796,6 +806,21 @@ class ArrayMixin:
             self.mark_read(base)
             return True
         return False
+
+    def remat_ops(self, a, blk_id: int) -> int:
+        """The float operations the adjoint of block ``blk_id`` repeats to recompute the
+        float ``a`` from values it has (each use of a value defined in the block counted
+        again)."""
+        d = self.def_stmt(a) if isinstance(a, Var) and self.kind(a) == "float" else None
+        if d is None or d[0] != blk_id or self.recomputable(a, blk_id) or \
+                d[2].expr.fn not in _FLOAT_REMAT:
+            return 0        # (integer arithmetic is recomputed however long: see _remat)
+        n = 1
+        for q in d[2].expr.args:
+            n += self.remat_ops(q, blk_id)
+            if n > REMAT_FLOAT_OPS:
+                break
+        return n
 
     def mark_read(self, a) -> None:
         """The adjoint reads ``a``'s memory: its writes must be recorded and rewound."""
@@ -850,6 +875,8 @@ class ArrayMixin:
             base = self.arr_value(e.args[0], local)
             ops = [self.value_ref(q, local) for q in e.args[1:]]
             return f"{base}[{self.index_text(e.fn.spec, e.args[0], e.args[1:], ops)}]"
+        if len(e.args) == 1:
+            return f"({PREFIX[e.fn]}{self.value_ref(e.args[0], local)})"
         x, y = (self.value_ref(q, local) for q in e.args)
         return f"({x} {_INFIX[e.fn]} {y})"
 
