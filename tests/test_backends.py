@@ -67,7 +67,7 @@ TRACING = backends.register(Tracing())
 def looped(x, n):
     s = 0.0
     for i in range(n):
-        s = s * 0.9 + math.sin(x * i)
+        s = s * 0.9 + math.sin(x * i + s)     # sin's argument holds s: taped
     return s
 
 

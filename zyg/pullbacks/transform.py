@@ -301,6 +301,7 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
         self._find_structured()         # structured.py: needs the pushes of _prepare
         for h in [h for h in self.simple_loops if h in self.struct_blocks]:
             del self.simple_loops[h]
+        self.loop_bodies = set(self.simple_loops.values())     # (their own cases: primal())
         self._find_inlining()
 
     # -- helpers ------------------------------------------------------------------
@@ -782,9 +783,16 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
                     code.add(i2 + 1, "break")
                 return
             self.primal_block(blk, i2, code, record, grows)
+        # the body of a two-block loop runs inside its header's case; its own case is
+        # entered only to restart it after the stacks grew (its room check left the loop)
+        restarts = {b for h, b in self.simple_loops.items()
+                    if record and grows and self.total_demand(self.fn.blocks[b])
+                    and not (COUNTED_FOR and self.counted_pattern(self.fn.blocks[h],
+                                                                  self.fn.blocks[b]))}
         dispatch(code, ind + 1, [b for b in self.fn.order if b not in self.p_inline
                                  and not (hoisted and b == entry.id)
-                                 and (b not in self.struct_blocks or b in self.struct_roots)], case)
+                                 and (b not in self.struct_blocks or b in self.struct_roots)
+                                 and (b not in self.loop_bodies or b in restarts)], case)
         if grows:
             code.put(ind, If("_blk == -1"))
             code.add(ind + 1, "break")
@@ -1016,8 +1024,11 @@ class Emitter(NativeMixin, ArrayMixin, StructuredMixin):
                 self._in_simple = False
                 return
             self.adjoint_block(blk, i2, code)
+        # (the adjoint of a two-block loop's body runs only inside its header's case: the
+        # body's one predecessor is the header, whose adjoint is that case's loop)
         dispatch(code, ind + 1, [b for b in reversed(fn.order) if b not in self.a_inline
-                                 and (b not in self.struct_blocks or b in self.struct_roots)], case)
+                                 and (b not in self.struct_blocks or b in self.struct_roots)
+                                 and b not in self.loop_bodies], case)
 
     def atomic_root(self, a) -> bool:
         """Do reads of array ``a`` add into a shadow that threads share (``emit_step``)?"""
