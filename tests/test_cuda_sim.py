@@ -196,6 +196,11 @@ def zero_times_inf(x, y):
     return x * y + 0.0 * math.sqrt(y - y)
 
 
+def zero_weight(w, y):
+    """w * sqrt(y) at w = y = 0: an infinite partial times a zero one."""
+    return w * math.sqrt(y) + w * y
+
+
 def softclip(x):
     return x / (1.0 + abs(x))
 
@@ -525,6 +530,9 @@ def check_forward_mode():
     cases = [(two_arg_while, (0, 1), (xs, ys)), (branchy, (0, 1), (xs - 0.7, ys)),
              (zero_times_inf, (0, 1), (xs, ys)), (zero_times_inf, 1, (xs, ys)),
              (five_arg_while, (0, 1, 2, 3, 4), (xs, ys, ys, ys, ys)),
+             # w = 0 at even items, y = 0 at items 2 and 6 (finite gradients throughout)
+             (zero_weight, (0, 1), (xs * (np.arange(9) % 2),
+                                    ys * (np.arange(9) % 2 + (np.arange(9) % 4 == 0)))),
              (bessel_j, 0, (xs * 8, np.full(9, 2, np.int64)))]
     for f, argnums, args in cases:
         ref = zyg.vmap(zyg.value_and_grad(f, argnums=argnums), target="cpu")(*args)

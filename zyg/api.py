@@ -257,12 +257,42 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         fn = fn.compile_for(tuple(flat_p) + tuple(targs))
         _JVPS[key] = (fn, trees, active, ret_tree, guard)
     y, ty = fn(*flat_p, *targs)
+    if _has_nan(ty):
+        # a nan tangent may be 0 * inf (a zero tangent, or a zero partial, times an
+        # infinite or nan one) that reverse mode's zero-cotangent tests leave out: run
+        # again with the dual tests (Forward.zero_guards; the arguments were copied)
+        y, ty = _jvp_with_zero_tests(key, ir, kinds, nuser, backend, given, flat_p, targs)
     if ret_tree is not None:
         return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]
     return y, ty
 
 
 jvp._zyg_maker = "jvp"        # recognised inside differentiated code (nested/gradcall.py)
+
+
+def _has_nan(t: Any) -> bool:
+    if isinstance(t, tuple):
+        return any(_has_nan(x) for x in t)
+    if isinstance(t, np.ndarray):
+        return t.dtype.kind in "fc" and bool(np.isnan(t).any())
+    return isinstance(t, (float, complex, np.floating, np.complexfloating)) and t != t
+
+
+def _jvp_with_zero_tests(key, ir, kinds, nuser, backend, given, flat_p, targs):
+    """``jvp``'s forward mode with zero tests (built the first time it is needed)."""
+    gkey = key + ("zero tests",)
+    entry = _JVPS.get(gkey)
+    if entry is None:
+        with LOAD_LOCK:
+            entry = _JVPS.get(gkey)
+            if entry is None:
+                entry = _JVPS[gkey] = _build_jvp(ir, kinds, nuser, backend, wrt=given,
+                                                 zero_guards=True)
+    fn = entry[0]
+    if isinstance(fn, _FirstCall):
+        fn = fn.compile_for(tuple(flat_p) + tuple(targs))
+        _JVPS[gkey] = (fn,) + tuple(entry[1:])
+    return fn(*flat_p, *targs)
 
 
 def _lanes_of(tangents) -> int:
@@ -406,10 +436,12 @@ def _given(tangents, kinds, nuser, ir) -> Tuple[int, ...]:
     return got or every
 
 
-def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None, scalar_key=None):
+def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None, scalar_key=None,
+               zero_guards=False):
     """The forward-mode entry of ``ir`` for arguments of ``kinds`` (built once), with a
     tangent for the arguments ``wrt`` (every float argument by default).  A vector form
-    without array math puts ``scalar_key`` in ``_SCALAR_VECTOR_FORMS``."""
+    without array math puts ``scalar_key`` in ``_SCALAR_VECTOR_FORMS``.  ``zero_guards``:
+    a term of a tangent is zero where its tangent or its partial is (``Forward``)."""
     from .pullbacks.forward import check_forward_kinds
     if wrt is None:
         wrt = [i for i, k in enumerate(kinds[:nuser]) if differentiable(k)]
@@ -425,7 +457,7 @@ def _build_jvp(ir, kinds, nuser, backend, batched=False, wrt=None, scalar_key=No
         if not prog.info.array_math and scalar_key is not None:
             _SCALAR_VECTOR_FORMS.add(scalar_key)
     else:
-        prog = ForwardMode().emit(p, stem)
+        prog = ForwardMode(zero_guards=zero_guards).emit(p, stem + ("_nz" if zero_guards else ""))
     built = load(prog, backend)
     fwd = prog.info
     fn = built.checked(0, ir.name)

@@ -225,6 +225,13 @@ class CudaBackend(Backend):
         return obj
 
     def exec_source(self, src: str, label: str, glob: Dict[str, Any]) -> None:
+        if simulator():
+            # the simulator runs the code as Python: with the device's float semantics
+            # (numpy's: 0.5 / 0.0 is inf, as on a GPU, not a ZeroDivisionError)
+            from .. import numerics
+            glob.update(numerics.HELPERS)
+            exec(numerics.python_semantics(src, label, glob), glob)
+            return
         exec(compile(src, label, "exec"), glob)
 
     def function(self, src: str, label: str, glob: Dict[str, Any], name: str,

@@ -78,10 +78,11 @@ class Forward:
         # ids of array parameters never copied on entry: the tape buffers that the Hessian
         # drivers keep between calls (zyg/api.py), written before they are read
         self.keep_params: Set[int] = set()
-        # a number's tangent term is taken only where the operand's tangent is nonzero
-        # (``t * d if t != 0 else t``): the dual of the reverse sweep's zero-cotangent tests,
-        # so that ``0 * inf`` never makes a tangent nan where the gradient of the same
-        # program is finite (device gradients in forward mode, zyg/cuda.py)
+        # a number's tangent term ``t * p`` is exactly zero where the operand's tangent ``t``
+        # or the partial ``p`` is zero (guards.times_nz): the dual of the reverse sweep's
+        # zero-cotangent tests, so that ``0 * inf`` does not make a tangent nan where the
+        # gradient of the same program is finite (device gradients in forward mode,
+        # zyg/cuda.py; zyg.jvp's second run when its tangent came out nan)
         self.zero_guards = False
 
     batched = False     # tangents with a leading lane axis (forward_batched.BatchedForward)
@@ -377,10 +378,17 @@ class Forward:
             mapping[conv.back_param] = self.t(ops[i])
             if conv.out:
                 mapping[conv.out] = y
-            term = self.rule_src(conv, ex, mapping)
             if self.zero_guards:
-                term = f"{term} if {self.t(ops[i])} != 0 else {self.t(ops[i])}"
-            terms.append(f"({term})")
+                # the partial derivative apart (the rule's pullback is linear in dy), so
+                # that a zero one, as a zero tangent, makes the term exactly zero
+                mapping[conv.back_param] = "1.0"
+                partial = self.rule_src(conv, ex, mapping)
+                t = self.t(ops[i])
+                # (the partial is computed only where the tangent is not zero)
+                terms.append(f"({self.ns.ref(guards.times_nz, '_zyg_times_nz')}"
+                             f"({t}, {partial}) if {t} != 0 else 0.0)")
+                continue
+            terms.append(f"({self.rule_src(conv, ex, mapping)})")
         return " + ".join(terms) if terms else "0.0"
 
     def zero_like(self, st: Stmt) -> str:

@@ -34,3 +34,13 @@ def nonzero(d0, d1=0.0, d2=0.0, d3=0.0, d4=0.0, d5=0.0, d6=0.0, d7=0.0):
 
 
 hooks.generated_nondifferentiable(nonzero)
+
+
+def times_nz(t, p):
+    """``t * p``, exactly zero where the tangent ``t`` or the partial derivative ``p`` is
+    zero (even where the other is inf or nan): a term of a tangent in forward mode with
+    zero tests (``Forward.zero_guards``), the dual of the adjoint's ``if dy != 0:``.  A
+    value that no tangent reaches, or that reaches the result only through a zero partial
+    (``0.0 * math.sqrt(y)`` at ``y = 0``, ``w * math.sqrt(y)`` at ``w = 0``), adds nothing,
+    as its zero cotangent does in reverse mode."""
+    return t * p if t != 0 and p != 0 else 0.0
