@@ -357,8 +357,21 @@ def main(argv=None):
             errs["vmap"] = e
         except Exception as ex:
             errs["vmap"] = rep.error("bessel zyg vmap", ex)
+        try:
+            first_call("zyg bessel vmap reverse", zb.grad_vmap_reverse)
+            g = zb.grads_r.copy_to_host()
+            e = max(C.rel_err(g, dz_tape), C.rel_err(g, dj_ref))
+            rep.check("bessel zyg vmap (reverse mode) vs reference (J1-J3)/2", C.rel_err(g, dj_ref), TOL)
+            errs["vmap reverse"] = e
+        except Exception as ex:
+            errs["vmap reverse"] = rep.error("bessel zyg vmap reverse", ex)
+        # (the batch's device gradient: forward mode under zyg.cuda's default "auto", and
+        # reverse mode with its per-thread tape, side by side)
         kinds = {"adjoint": ("zyg.vjp(bessel_primal_k), dout = 1", "adjoint"),
-                 "vmap": ('zyg.vmap(zyg.value_and_grad(j2), target="cuda")', "vmap")}
+                 "vmap": ('zyg.vmap(zyg.value_and_grad(j2), target="cuda") (forward mode)', "vmap"),
+                 "vmap reverse": ('the same vmap, set_gradient_mode("reverse")', "vmap reverse")}
+        runs = {"adjoint": ("grad_adjoint", "dz"), "vmap": ("grad_vmap", "grads"),
+                "vmap reverse": ("grad_vmap_reverse", "grads_r")}
         for n_t in (timed_sizes["bessel"] if timed_sizes else [n]):
             times = {}
             if timed_sizes and left(d, 10, f"bessel n={n_t}"):
@@ -372,10 +385,10 @@ def main(argv=None):
                     for key in kinds:
                         if isinstance(errs.get(key), str):
                             continue
-                        fn = zb.grad_adjoint if key == "adjoint" else zb.grad_vmap
+                        fn = getattr(zb, runs[key][0])
                         times[key] = bench(fn) * 1e3
                         sel = np.linspace(0, n_t - 1, min(n_t, 2000)).astype(int)
-                        got = (zb.dz if key == "adjoint" else zb.grads).copy_to_host()[sel]
+                        got = getattr(zb, runs[key][1]).copy_to_host()[sel]
                         err = C.rel_err(got, C.bessel_ref(z[sel])[1])
                         rep.check(f"bessel zyg {key} n={n_t} subset vs reference", err, TOL)
                         errs[key] = max(errs[key], err)

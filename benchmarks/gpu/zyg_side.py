@@ -89,6 +89,16 @@ class Bessel:
     def grad_vmap(self):
         self.vals, self.grads = self.vg(self.z, NU)
 
+    def grad_vmap_reverse(self):
+        """The same batch with the device gradient in reverse mode (a per-thread tape), for
+        the comparison with ``auto``'s forward mode (``zyg.cuda.set_gradient_mode``)."""
+        old = zyg.cuda.gradient_mode()
+        zyg.cuda.set_gradient_mode("reverse")
+        try:
+            self.vals_r, self.grads_r = self.vg(self.z, NU)
+        finally:
+            zyg.cuda.set_gradient_mode(old)
+
 
 class Heat:
     """zyg's gradient of sum(u_T^2) w.r.t. u0 through a ``zyg.cuda.Tape`` over T launches of
