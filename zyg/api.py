@@ -241,27 +241,24 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     kinds += [kind_of_value(a) for a in primals[nuser:]]
     given = _given(tangents, kinds, nuser, ir)
     key = (py, target, tuple(kinds), ir.reads, given)
-    entry = _JVPS.get(key)
-    if entry is None:
-        with LOAD_LOCK:         # first calls from several threads: one builds
-            entry = _JVPS.get(key)
-            if entry is None:
-                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, wrt=given)
+    entry = _jvp_entry(key, lambda: _build_jvp(ir, kinds, nuser, backend, wrt=given))
     fn, trees, active, ret_tree, guard = entry
     flat_p = _flatten_args(primals, trees)
     if guard is not None:
         guard.check_aliasing(flat_p)
     flat_t = _flatten_tangents(primals, tangents, trees)
     targs = [_as_tangent(t, x) for t, x, a in zip(flat_t, flat_p, active) if a]
-    if isinstance(fn, _FirstCall):
-        fn = fn.compile_for(tuple(flat_p) + tuple(targs))
-        _JVPS[key] = (fn, trees, active, ret_tree, guard)
-    y, ty = fn(*flat_p, *targs)
+    args = tuple(flat_p) + tuple(targs)
+    y, ty = _jvp_compiled(key, entry, args)(*args)
     if _has_nan(ty):
         # a nan tangent may be 0 * inf (a zero tangent, or a zero partial, times an
         # infinite or nan one) that reverse mode's zero-cotangent tests leave out: run
-        # again with the dual tests (Forward.zero_guards; the arguments were copied)
-        y, ty = _jvp_with_zero_tests(key, ir, kinds, nuser, backend, given, flat_p, targs)
+        # again with the dual tests (Forward.zero_guards, built the first time it is
+        # needed; the arguments were copied)
+        gkey = key + ("zero tests",)
+        gentry = _jvp_entry(gkey, lambda: _build_jvp(ir, kinds, nuser, backend, wrt=given,
+                                                     zero_guards=True))
+        y, ty = _jvp_compiled(gkey, gentry, args)(*args)
     if ret_tree is not None:
         return unflatten(ret_tree, list(y))[0], unflatten(ret_tree, list(ty))[0]
     return y, ty
@@ -278,21 +275,25 @@ def _has_nan(t: Any) -> bool:
     return isinstance(t, (float, complex, np.floating, np.complexfloating)) and t != t
 
 
-def _jvp_with_zero_tests(key, ir, kinds, nuser, backend, given, flat_p, targs):
-    """``jvp``'s forward mode with zero tests (built the first time it is needed)."""
-    gkey = key + ("zero tests",)
-    entry = _JVPS.get(gkey)
+def _jvp_entry(key, make: Callable[[], tuple]) -> tuple:
+    """The forward-mode entry of ``_JVPS`` under ``key``, made once by ``make()`` (first
+    calls from several threads: one builds)."""
+    entry = _JVPS.get(key)
     if entry is None:
         with LOAD_LOCK:
-            entry = _JVPS.get(gkey)
+            entry = _JVPS.get(key)
             if entry is None:
-                entry = _JVPS[gkey] = _build_jvp(ir, kinds, nuser, backend, wrt=given,
-                                                 zero_guards=True)
+                entry = _JVPS[key] = make()
+    return entry
+
+
+def _jvp_compiled(key, entry: tuple, args: tuple) -> Callable:
+    """The entry's function, compiled for ``args`` at its first call (then kept)."""
     fn = entry[0]
     if isinstance(fn, _FirstCall):
-        fn = fn.compile_for(tuple(flat_p) + tuple(targs))
-        _JVPS[gkey] = (fn,) + tuple(entry[1:])
-    return fn(*flat_p, *targs)
+        fn = fn.compile_for(args)
+        _JVPS[key] = (fn,) + tuple(entry[1:])
+    return fn
 
 
 def _lanes_of(tangents) -> int:
@@ -378,13 +379,8 @@ def _jvp_batched(f, primals, tangents, target, lanes_if_scalar: bool = False):
     kinds += [kind_of_value(a) for a in primals[nuser:]]
     given = _given(tangents, kinds, nuser, ir)
     key = (py, target, tuple(kinds), ir.reads, given, "batched")
-    entry = _JVPS.get(key)
-    if entry is None:
-        with LOAD_LOCK:
-            entry = _JVPS.get(key)
-            if entry is None:
-                entry = _JVPS[key] = _build_jvp(ir, kinds, nuser, backend, batched=True,
-                                                wrt=given, scalar_key=key)
+    entry = _jvp_entry(key, lambda: _build_jvp(ir, kinds, nuser, backend, batched=True,
+                                               wrt=given, scalar_key=key))
     if entry[0] is None or lanes_if_scalar and key in _SCALAR_VECTOR_FORMS:
         # per lane: the scalar jvp k times
         outs = [jvp(f, primals[:nuser], tuple(_lane(t, j) for t in tangents[:nuser]),
