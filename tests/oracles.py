@@ -179,6 +179,21 @@ def check_jvp(family: str, f: Callable, args: Sequence[Any], argnums: Sequence[i
     if not close(float(y2), float(y), 1e-5 if lp else 1e-10, (1e-5 if lp else 1e-12) * scale):
         mismatch(family, "jvp", f"[{target}] jvp value {y2!r}, plain call {y!r}{where}")
     count(family, "checked jvp")
+    if target == "python" and share(where, 2, "zero tests"):
+        # the form with forward mode's zero tests (a term t * p is 0 where t or p is):
+        # what jvp runs after a nan tangent, and CUDA device gradients in forward mode
+        from zyg import api
+        api.JVP_ZERO_TESTS = True
+        try:
+            y3, ty3 = zyg.jvp(f, tuple(copies(args)), tuple(t), target=target)
+        finally:
+            api.JVP_ZERO_TESTS = False
+        if not (np.ndim(ty3) == 0 and close(float(ty3), want, rtol, rtol * (mag + scale))
+                and close(float(y3), float(y), 1e-5 if lp else 1e-10,
+                          (1e-5 if lp else 1e-12) * scale)):
+            mismatch(family, "jvp", f"[{target}] jvp with zero tests {(y3, ty3)!r}, value {y!r}, "
+                                    f"grad . t {want!r} (t = {t!r}){where}")
+        count(family, "checked jvp with zero tests")
     # the first differentiated argument given no tangent: the generated code then treats it
     # as a constant (an inactive operand, which may set a result's shape by broadcasting)
     given = [i for i, g in zip(argnums, grads) if t[i] is not None and g is not None]
