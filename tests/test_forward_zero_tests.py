@@ -49,6 +49,14 @@ def regular_only(w, y):
     return w * math.sqrt(y) + w * y
 
 
+def array_zero_weight(a, w):
+    return np.sum(w * np.sqrt(a) + a * w)
+
+
+def array_zero_factor(a):
+    return np.sum(0.0 * np.sqrt(a) + a)
+
+
 def really_nan(x):
     return math.sqrt(x) * x
 
@@ -58,6 +66,9 @@ CASES = [
     (zero_weight, (0.0, 0.0), (0.3, 1.0)),
     (unused_singular, (2.0, 3.0), (1.0, -0.5)),
     (pair_energy, (np.array([0.3, 1.1, 2.0]),), (np.array([1.0, -0.5, 0.25]),)),
+    # elementwise on arrays: sqrt at the zeros of a, times a zero weight or factor
+    (array_zero_weight, (np.array([0.0, 1.0, 4.0]), 0.0), (np.array([1.0, 2.0, -1.0]), 0.5)),
+    (array_zero_factor, (np.array([0.0, 1.0, 0.0]),), (np.array([1.0, 2.0, -1.0]),)),
 ]
 
 

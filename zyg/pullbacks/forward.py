@@ -442,6 +442,14 @@ class Forward:
             elif elementwise:
                 c = arules.Ctx(list(args), y, self.t(ops[i]), kinds, consts, list(e.kwargs), kwx, kwk, kwc)
                 src = r.back(c, i)
+                if src is not None and self.zero_guards:
+                    # the partial apart (the pullback is elementwise and linear in dy), so
+                    # that a zero one, as a zero tangent, makes the term exactly zero
+                    c1 = arules.Ctx(list(args), y, "1.0", kinds, consts, list(e.kwargs), kwx, kwk, kwc)
+                    partial = r.back(c1, i)
+                    if partial is not None:
+                        src = (f"{self.ns.ref(arules.mulnz2_for(self.p.backend), '_zyg_mulnz2')}"
+                               f"({self.t(ops[i])}, {partial})")
                 if src is not None:
                     terms.append(f"({src})")
             elif scalar_out:

@@ -127,6 +127,30 @@ def mulnz_for(backend: Any) -> Any:
     return got
 
 
+def _mulnz2_kernel(t, p):
+    return t * p if t != 0 and p != 0 else 0.0
+
+
+def _mulnz2_py(t, p):
+    """``mulnz2(t, p)``: ``t * p``, exactly zero where ``t`` or ``p`` is zero (the python
+    target's form of ``_zyg_mulnz2``; the products it drops, 0 * inf, warn nothing)."""
+    with np.errstate(invalid="ignore"):
+        return np.where((t != 0) & (p != 0), t * p, 0.0)
+
+
+_MULNZ2: Dict[str, Any] = {}
+
+
+def mulnz2_for(backend: Any) -> Any:
+    """``_zyg_mulnz2`` for ``backend``: a tangent times a partial derivative elementwise,
+    zero where either is zero (forward mode's zero tests on arrays, ``Forward.zero_guards``),
+    one object per target for the whole process."""
+    got = _MULNZ2.get(backend.name)
+    if got is None:
+        got = _MULNZ2.setdefault(backend.name, backend.vectorize(_mulnz2_kernel, _mulnz2_py))
+    return got
+
+
 def is_mulnz(fn: Any) -> bool:
     """Is ``fn`` the helper ``_zyg_mulnz`` of some target (met when zyg differentiates the
     code it generated: ``zyg.hessian``, ``grad`` of ``grad``, ``jvp`` of a gradient)?"""
