@@ -74,10 +74,12 @@ def set_gradient_mode(mode: str) -> None:
       wherever forward mode has no rule for a call (a custom rule without a closed-form
       pullback).
 
-    Both modes give the same gradient (a zero tangent, like a zero cotangent, contributes
-    nothing, so ``0 * inf`` is never nan in one and not the other).  Forward mode keeps a
-    thread's state in registers: on the 10^6-point Bessel batch a tangent recurrence was
-    3.5x faster than a taped reverse sweep (../shared/CUDA_AND_TASKS.md, section 7)."""
+    Both modes give the same gradient, to rounding, wherever the partial derivatives are
+    finite; where a zero meets an infinite one each has its zero tests (docs/numerics.md:
+    a zero cotangent, or a zero tangent or partial, contributes nothing).  Forward mode
+    keeps a thread's state in registers: on the 10^6-point Bessel batch a tangent
+    recurrence was 3.5x faster than a taped reverse sweep (../shared/CUDA_AND_TASKS.md,
+    section 7)."""
     b = backends.get("cuda")
     backends.register(CudaBackend(b.tape_size, mode))
 
