@@ -201,6 +201,14 @@ def zero_weight(w, y):
     return w * math.sqrt(y) + w * y
 
 
+SCALE = 2.0
+
+
+def scaled_square(x):
+    """Reads the module global SCALE (rebound by check_vmap_sees_rebound_globals)."""
+    return x * x * SCALE
+
+
 def softclip(x):
     return x / (1.0 + abs(x))
 
@@ -592,6 +600,27 @@ def check_forward_mode():
     finally:
         from zyg.rules.registry import reset_user_rules
         reset_user_rules()
+
+
+def check_vmap_sees_rebound_globals():
+    """A global rebound between two calls of the same batch: the second call uses the new
+    value (the gradient and the batch kernel are built again), on every target and mode."""
+    import numpy as np
+    import zyg
+    global SCALE
+    xs = np.array([1.0, 2.0, -0.5])
+    for target, mode in [("cuda", "forward"), ("cuda", "reverse"), ("cpu", None),
+                         ("python", None)]:
+        with _mode(mode or "auto"):
+            vg = zyg.vmap(zyg.value_and_grad(scaled_square), target=target)
+            plain = zyg.vmap(scaled_square, target=target)
+            for scale in (2.0, 5.0, 2.0):
+                SCALE = scale
+                v, g = vg(xs)
+                _close(v, scale * xs * xs, 1e-15, f"{target} {mode} value, SCALE={scale}")
+                _close(g, 2 * scale * xs, 1e-15, f"{target} {mode} gradient, SCALE={scale}")
+                _close(plain(xs), scale * xs * xs, 1e-15, f"{target} plain, SCALE={scale}")
+    SCALE = 2.0
 
 
 def check_refusals():

@@ -144,6 +144,7 @@ class Built:
         self.path = path
         self.mode = mode
         self.device = None
+        self.ir = None          # the IR it was built from (build(): stale when f's reads change)
 
 
 _BUILT: Dict[Any, Built] = {}
@@ -185,14 +186,16 @@ def build(f: Callable, kinds: Sequence[str], argnums, backend) -> Built:
     py = unwrap(f)
     key = (py, tuple(kinds), argnums if isinstance(argnums, int) else tuple(argnums),
            backend.key())
+    # ssa_of gives a new IR when what f reads changed (a rebound global, a redefined
+    # callee): an entry built from another IR is stale
+    ir = ssa_of(f)
     got = _BUILT.get(key)
-    if got is not None and got.fn is not None:
+    if got is not None and got.fn is not None and got.ir is ir:
         return got
     with _LOCK:
         got = _BUILT.get(key)
-        if got is not None:
+        if got is not None and got.ir is ir:
             return got
-        ir = ssa_of(f)
         fname = ir.name
         if len(kinds) != ir.nargs:
             raise TypeError(f"{fname}() takes {ir.nargs} positional arguments but "
@@ -228,6 +231,7 @@ def build(f: Callable, kinds: Sequence[str], argnums, backend) -> Built:
             # (on cpu a large function comes as a primal and an adjoint that the last one calls)
             built = build_program(Fused(value=True, zero_guards=True), p, name)
             got = Built(built.fns[-1], built.info.stacks, len(wrt), backend, built.path)
+        got.ir = ir
         _BUILT[key] = got
         return got
 
@@ -513,8 +517,14 @@ class _Batch:
         exec("\n".join(lines) + "\n", glob)
         runner = glob["_batch"]
         if backend.compiled:
-            key = (tuple(kinds), tuple(ax))
-            runner = self.kernels.get(key) or self.kernels.setdefault(key, backend.jit(runner))
+            # keyed by what it calls: a gradient built again (f's reads changed) or the
+            # plain function's current IR gets a new runner
+            dep = fn if self.mode != "value" else ssa_of(self.f)
+            key = (tuple(kinds), tuple(ax), backend.key())
+            got = self.kernels.get(key)
+            if got is None or got[1] is not dep:
+                got = self.kernels[key] = (backend.jit(runner), dep)
+            runner = got[0]
         host = [np.asarray(a) if _is_arraylike(a) else a for a in args]
         outs = [np.empty(n, np.float64) for _ in range(nout)]
         runner(*host, *outs, n)
@@ -558,20 +568,23 @@ class _Batch:
         return self._wrap(outs, nwrt)
 
     def _kernel(self, kinds, ax, backend):
+        # keyed by what the kernel calls: a gradient built again or the plain function's
+        # current IR (f's reads changed: a rebound global) gets a new kernel
+        b = build(self.f, kinds, self.argnums, backend) if self.mode != "value" else None
+        dep = b if b is not None else ssa_of(self.f)
         key = (tuple(kinds), tuple(ax), backend.key())
         got = self.kernels.get(key)
-        if got is not None:
-            return got
+        if got is not None and got[1] is dep:
+            return got[0]
         cuda = cuda_module()
         nargs = len(kinds)
         params = [f"a{k}" for k in range(nargs)]
         item = ", ".join(f"a{k}[i]" if x == 0 else f"a{k}" for k, x in enumerate(ax))
-        if self.mode == "value":
+        if b is None:
             fn = unwrap(self.f) if simulator() else cuda.jit(device=True)(unwrap(self.f))
             nwrt, checked = 0, False
             call = f"_f({item})"
         else:
-            b = build(self.f, kinds, self.argnums, backend)
             fn, nwrt, checked = _device_fn(b), b.nwrt, bool(b.stacks)
             call = f"_f({item})"
         nout = self._nout(nwrt)
@@ -585,7 +598,8 @@ class _Batch:
         glob = {"_f": fn, "cuda": cuda, "np": np, "math": __import__("math")}
         exec("\n".join(lines) + "\n", glob)
         kern = cuda.jit(glob["_zyg_batch"])
-        got = self.kernels[key] = (kern, nwrt, checked)
+        got = (kern, nwrt, checked)
+        self.kernels[key] = (got, dep)
         return got
 
 
