@@ -942,6 +942,8 @@ def check_kernel_block_staged_shadows():
                                  rng.normal(size=K), np.zeros(n), n, K, d], {3: rng.normal(size=n)})
     staged = [b for key, b in ck._BUILT.items() if key[0] is k_gmm]
     assert staged and all(b.staged == [1, 2] for b in staged), [b.staged for b in staged]
+    # 9 shadow items: each thread adds into a copy of its own, summed once per block
+    assert 16 in {b.block for b in staged}, [b.block for b in staged]
     # the points are read in the thread's own row (xs[i, j], i = cuda.grid(1)): plain
     # additions (out is only written: nothing is added into its shadow by reads)
     assert ck.private_parameters(k_gmm, kinds) == [0, 3], ck.private_parameters(k_gmm, kinds)
@@ -949,6 +951,64 @@ def check_kernel_block_staged_shadows():
     # neighbour reads are not private; a 2-D launch never is
     assert ck.private_parameters(k_stencil, ["f8[1]", "f8[1]", "int"]) == [1]     # u[i - 1]: not u
     assert ck.private_parameters(k_map, ["f8[1]", "f8[1]", "int"]) == [0, 1]
+
+
+def check_kernel_block_sums_of_copies():
+    """The staged shadows summed from each thread's own copy (``build(block=...)``) equal
+    those added atomically into shared memory, on a block of 12 threads (not a power of
+    two, a partial block at the end of the grid) and sums 2 entries at a time (chunks of 2
+    over 6 entries of mu and 3 of logw: a last chunk of one entry), float64 and float32;
+    against finite differences too (``_kernel_case``)."""
+    import numpy as np
+    import zyg
+    from zyg import cuda_kernel as ck
+    rng = np.random.default_rng(8)
+    n, K, d = 29, 3, 2
+    xs, mu, logw = rng.normal(size=(n, d)), rng.normal(size=(K, d)), rng.normal(size=K)
+    bar = rng.normal(size=n)
+    kern = cuda.jit(k_gmm)
+
+    def shadows(items, nbytes, dtype=np.float64):
+        saved = ck.PRIVATE_ITEMS, ck.SUM_BYTES
+        ck.PRIVATE_ITEMS, ck.SUM_BYTES = items, nbytes
+        try:
+            dx, dmu, dlw = np.zeros((n, d), dtype), np.zeros((K, d), dtype), np.zeros(K, dtype)
+            out = np.zeros(n, dtype)
+            zyg.vjp(kern)[3, 12](xs.astype(dtype), dx, mu.astype(dtype), dmu, logw.astype(dtype),
+                                 dlw, out, bar.astype(dtype), n, K, d)
+        finally:
+            ck.PRIVATE_ITEMS, ck.SUM_BYTES = saved
+        return dx, dmu, dlw
+    atomic = shadows(0, ck.SUM_BYTES)
+    width = 12 * 8 * 3          # sum_width(12, 8) == 2
+    copies = shadows(ck.PRIVATE_ITEMS, width)
+    two = [b for key, b in ck._BUILT.items() if key[0] is k_gmm and b.block == 12 and
+           "range(0, 6, 2)" in open(b.source).read()]
+    assert two, "mu's shadow summed 2 entries at a time"
+    blocks = {b.block for key, b in ck._BUILT.items() if key[0] is k_gmm}
+    assert {0, 12} <= blocks, blocks
+    for a, b in zip(atomic, copies):
+        _close(b, a, 1e-12, "k_gmm: shadows summed from copies against shared atomics")
+    assert np.any(copies[1] != 0) and np.any(copies[2] != 0)
+    f32 = shadows(ck.PRIVATE_ITEMS, 12 * 4 * 4)      # float32: chunks of 3
+    for a, b in zip(atomic, f32):
+        _close(b.astype(np.float64), a, 1e-4, "k_gmm in float32")
+    # and the sums of copies against finite differences, one chunk at a time
+    saved = ck.SUM_BYTES
+    ck.SUM_BYTES = width
+    try:
+        _kernel_case(k_gmm, (3, 12), [xs, mu, logw, np.zeros(n), n, K, d], {3: bar})
+    finally:
+        ck.SUM_BYTES = saved
+    # too many items to copy: atomics into shared memory, as before
+    saved = ck.PRIVATE_ITEMS
+    ck.PRIVATE_ITEMS = 8
+    try:
+        assert ck._block_threads((3, 12), [(1, (3, 2)), (2, (3,))], [xs, mu, logw]) == 0
+    finally:
+        ck.PRIVATE_ITEMS = saved
+    assert ck._block_threads((3, 12), [(1, (3, 2)), (2, (3,))], [xs, mu, logw]) == 12
+    assert ck._block_threads((3, 12, 0, 64), [(1, (3, 2))], [xs, mu, logw]) == 0  # its own shared
 
 
 def check_kernel_shared_memory_and_barriers():
@@ -1240,12 +1300,18 @@ def ptx_kernel_adjoints():
         (tt.stencil_k, ["f8[1]", "f8[1]", "f8[1]", "int"], (a1, a1, a1, a1, a1, a1, i8)),
         (tt.fill_k, ["f8[1]", "int"], (a1, a1, i8)),
     ]
-    for plain, kinds, sig in cases:
+    # k_gmm once more, its staged shadows summed from each thread's copy (blocks of 64)
+    cases.append(cases[[c[0] for c in cases].index(k_gmm)] + (64,))
+    for plain, kinds, sig, *block in cases:
         staged = ((1, (3, 2)), (2, (3,))) if plain is k_gmm else ()
-        b = ck.build(cuda.jit(plain), kinds, 256, staged)
+        b = ck.build(cuda.jit(plain), kinds, 256, staged, (), *block)
         ptx = _ptx(b.kernel.py_func, sig + ((i1,) if b.checked else ()))   # the status word
         if staged:
             assert _atomic_add(ptx, "shared"), "staged shadows add in shared memory"
+        if block:
+            # the copies are local memory; their sum is staged in shared memory between
+            # barriers
+            assert ".local" in ptx and re.search(r"\b(bar|barrier)\.sync", ptx), "block sum"
         assert _atomic_add(ptx) or plain in (k_map, tt.fill_k), plain.__name__
         if plain in (k_shared, k_shared_2d, k_block_sum):
             assert re.search(r"\b(bar|barrier)\.sync", ptx) and ".shared" in ptx, plain.__name__

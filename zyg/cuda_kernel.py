@@ -25,10 +25,14 @@ How (``../shared/CUDA_AND_TASKS.md`` section 3):
 * The generated kernel sets the geometry, calls the step (and the primal), and reports the
   tape room a thread lacked; the launcher then restores the written arrays and shadows it
   saved, and launches again with a tape large enough.
+* Shadows of shared parameters (arrays every thread reads at the same places) are summed
+  per block: from a copy each thread adds into plainly, or atomically in shared memory
+  (:func:`build`, :func:`_block_sum`); once per block and element into the global shadow.
 
-Not supported yet (a :class:`~zyg.UnsupportedSyntax` at the line): ``cuda.shared.array``,
-``cuda.syncthreads``, ``cuda.local.array``, other atomics, reading the value an atomic
-addition returns, arrays read from the enclosing scope.
+Refused at the line (a :class:`~zyg.UnsupportedSyntax`, docs/cuda.md): barriers and
+shared arrays where a block's threads may take different paths, shared and local arrays
+allocated in a loop, other atomics, reading the value an atomic addition returns, arrays
+made in the kernel, arrays read from the enclosing scope.
 """
 from __future__ import annotations
 
@@ -591,15 +595,22 @@ def private_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
 
 def build(kernel, kinds: Sequence[str], size: int,
           staged: Tuple[Tuple[int, Tuple[int, ...]], ...] = (),
-          private: Tuple[int, ...] = ()) -> Built:
+          private: Tuple[int, ...] = (), block: int = 0) -> Built:
     """The adjoint kernel of ``kernel`` for arguments of ``kinds``, with a per-thread tape of
     ``size`` items where unbounded; ``staged``: (parameter, shape) of the shared parameters
     whose shadows a block sums in shared memory before adding them into the global shadow
     once per element; ``private``: parameters whose shadows take plain additions (each
-    thread reads only its own row: :func:`private_parameters`, for a 1-D launch)."""
+    thread reads only its own row: :func:`private_parameters`, for a 1-D launch).
+
+    ``block``: the threads of a block, for launches of that size only.  Where given, each
+    thread adds its contributions to the staged shadows plainly into a local copy of its
+    own, and the block sums the copies once at the end (:func:`_block_sum`) instead of
+    adding every contribution atomically into shared memory."""
     py = _py_function(kernel)
     backend = _KernelBackend(size)
-    key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged), tuple(private))
+    block = int(block) if staged else 0
+    key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged), tuple(private), block,
+           SUM_BYTES if block else 0)
     got = _cached(key, py)
     if got is not None:
         return got
@@ -619,7 +630,8 @@ def build(kernel, kinds: Sequence[str], size: int,
                    for st in blk.stmts)
         stem = _ident(name) + "_adj"
         code, ns, stacks, run_code = _emit(
-            ir, allk, floats, backend, stem, [i for i in floats if i not in private],
+            ir, allk, floats, backend, stem,
+            [i for i in floats if i not in private and not (block and i in dict(staged))],
             lambda p: _refuse(p, name, ir.nargs), effects=True, sync=sync)
         checked = bool(stacks)
         params, full = _interleaved(len(kinds), floats)
@@ -643,14 +655,22 @@ def build(kernel, kinds: Sequence[str], size: int,
                 lines.append(f"    while _k < {int(np.prod(shape))}:")
                 lines.append(f"        _s{i}[{_flat_index(shape)}] = 0")
                 lines.append("        _k += _nt")
+                if block:
+                    # the thread's own copy, added into plainly
+                    lines.append(f"    _p{i} = cuda.local.array({shp}, _nb_{dt.name})")
+                    lines.append(f"    for _k in range({int(np.prod(shape))}):")
+                    lines.append(f"        _p{i}[{_flat_index(shape)}] = 0")
             lines.append("    cuda.syncthreads()")
-        call = ", ".join(params + geo_src + [f"_s{i}" if i in stage else f"d{i}" for i in floats])
+        call = ", ".join(params + geo_src + [(f"_p{i}" if block else f"_s{i}") if i in stage
+                                             else f"d{i}" for i in floats])
         lines.append(f"    _need = {stem}_step({call})")
         if checked:
             lines.append("    if _need > 0:")
             lines.append("        cuda.atomic.max(_status, 0, _need)")
         if stage:
             lines.append("    cuda.syncthreads()")
+            if block:
+                lines.extend(_block_sum(stage, kinds, block))
             for i, shape in stage.items():
                 idx = _flat_index(shape)
                 lines.append("    _k = _t")
@@ -666,8 +686,64 @@ def build(kernel, kinds: Sequence[str], size: int,
         got.ir = ir
         got.staged = [i for i, _ in staged]
         got.private = list(private)
+        got.block = block
         _BUILT[key] = got
         return got
+
+
+#: the most items of staged shadows a thread keeps a copy of (``build(block=...)``):
+#: zeroing and summing the copies costs each thread that many steps whatever it adds
+PRIVATE_ITEMS = 512
+#: the shared memory the block sum of those copies stages them in (beside STAGED_BYTES;
+#: the two stay under the 48 KiB of static shared memory a block may have)
+SUM_BYTES = 16 * 1024
+
+
+def sum_width(block: int, itemsize: int) -> int:
+    """How many entries of a shadow a block of ``block`` threads sums at a time: each thread
+    stages that many of its own in a row of shared memory (one more column pads the rows to
+    an odd stride, so a warp's reads and writes fall on distinct banks)."""
+    return SUM_BYTES // (block * itemsize) - 1
+
+
+def _block_sum(stage: Dict[int, Tuple[int, ...]], kinds: Sequence[str], block: int) -> List[str]:
+    """The lines that sum the threads' own copies ``_p<i>`` of the staged shadows into the
+    block's ``_s<i>`` (after a barrier every thread reaches: the end of the kernel).  Chunk
+    by chunk of ``c`` entries: each thread writes its chunk into its row of ``_r``; then
+    ``w = block // m`` threads per entry sum every ``w``-th row and add the partial into
+    ``_s<i>``: ``w`` shared atomic additions per entry and block, where adding every
+    contribution costs one per thread and contribution."""
+    out = []
+    made = set()
+    for i, shape in stage.items():
+        dt = np.dtype(kinds[i][:kinds[i].index("[")])
+        c = sum_width(block, dt.itemsize)
+        buf = f"_r_{dt.name}"
+        if buf not in made:
+            made.add(buf)
+            out.append(f"    {buf} = cuda.shared.array(({block}, {c + 1}), _nb_{dt.name})")
+        n = int(np.prod(shape))
+        at = _flat_index(shape)
+        at = at if len(shape) == 1 else f"({at})"
+        out += [f"    for _b in range(0, {n}, {c}):",
+                f"        _m = min({c}, {n} - _b)",
+                "        for _j in range(_m):",
+                "            _k = _b + _j",
+                f"            {buf}[_t, _j] = _p{i}[{_flat_index(shape)}]",
+                "        cuda.syncthreads()",
+                f"        _w = {block} // _m",
+                "        if _t < _m * _w:",
+                "            _j = _t % _m",
+                "            _row = _t // _m",
+                f"            _q = {buf}[_row, _j]",
+                "            _row += _w",
+                f"            while _row < {block}:",
+                f"                _q += {buf}[_row, _j]",
+                "                _row += _w",
+                "            _k = _b + _j",
+                f"            cuda.atomic.add(_s{i}, {at}, _q)",
+                "        cuda.syncthreads()"]
+    return out
 
 
 def _cached(key, py):
@@ -807,13 +883,14 @@ class KernelAdjoint:
                 staged.append((i, tuple(int(d) for d in own[i].shape)))
                 room -= nbytes
         private: Tuple[int, ...] = ()
+        block = _block_threads(config, staged, own)
         if all(isinstance(c, int) or (isinstance(c, tuple) and len(c) == 1)
                for c in config[:2]):
             # a 1-D launch: a thread's row, indexed by cuda.grid(1), is its own
             private = tuple(i for i in private_parameters(self.py, kinds)
                             if i not in dict(staged))
         while True:
-            b = build(self.kernel, kinds, size, tuple(staged), private)
+            b = build(self.kernel, kinds, size, tuple(staged), private, block)
             full = []
             j = 0
             for i, a in enumerate(own):
@@ -850,6 +927,22 @@ class KernelAdjoint:
     @staticmethod
     def kernel_launch(b: Built, config, args) -> None:
         b.kernel[config](*args)
+
+
+def _block_threads(config, staged, own) -> int:
+    """The threads of a block where the staged shadows are summed from copies each thread
+    keeps (:func:`build`'s ``block``), else 0 (contributions added atomically into shared
+    memory): where the copies are at most PRIVATE_ITEMS items, a row of each fits the
+    shared memory of the sum, and the launch asks for no dynamic shared memory of its own."""
+    if not staged or PRIVATE_ITEMS <= 0 or (len(config) == 4 and config[3]):
+        return 0
+    threads = config[1]
+    nt = int(np.prod(threads)) if isinstance(threads, tuple) else int(threads)
+    items = sum(int(np.prod(shape)) for _, shape in staged)
+    size = max(np.dtype(own[i].dtype).itemsize for i, _ in staged)
+    if not 0 < nt <= 1024 or items > PRIVATE_ITEMS or sum_width(nt, size) < 1:
+        return 0
+    return nt
 
 
 def _extent(a) -> Tuple[str, int, int]:

@@ -188,3 +188,15 @@ class GMM:
         self.dlv = tape.gradient(self.lv)
         self.dalpha = tape.gradient(self.alpha)
         self.tape = tape
+
+    def grad_shared_atomics(self):
+        """The same gradient, the shared parameters' shadows added atomically into shared
+        memory contribution by contribution (no per-thread copies): what the adjoint did
+        before it summed copies per block."""
+        from zyg import cuda_kernel
+        saved = cuda_kernel.PRIVATE_ITEMS
+        cuda_kernel.PRIVATE_ITEMS = 0
+        try:
+            self.grad()
+        finally:
+            cuda_kernel.PRIVATE_ITEMS = saved
