@@ -1000,6 +1000,24 @@ def check_kernel_block_sums_of_copies():
         _kernel_case(k_gmm, (3, 12), [xs, mu, logw, np.zeros(n), n, K, d], {3: bar})
     finally:
         ck.SUM_BYTES = saved
+    # more entries (20 of mu) than threads (12): chunks of at most one entry per thread
+    # (a chunk as wide as the shared memory allows left entries nobody summed: zeros)
+    K2, d2 = 5, 4
+    xs2, mu2, lw2 = rng.normal(size=(n, d2)), rng.normal(size=(K2, d2)), rng.normal(size=K2)
+    got = {}
+    for items in (0, ck.PRIVATE_ITEMS):
+        saved = ck.PRIVATE_ITEMS
+        ck.PRIVATE_ITEMS = items
+        try:
+            dmu2, dlw2 = np.zeros((K2, d2)), np.zeros(K2)
+            zyg.vjp(kern)[3, 12](xs2, np.zeros((n, d2)), mu2, dmu2, lw2, dlw2, np.zeros(n),
+                                 bar.copy(), n, K2, d2)
+            got[items] = (dmu2, dlw2)
+        finally:
+            ck.PRIVATE_ITEMS = saved
+    for a, b in zip(got[0], got[ck.PRIVATE_ITEMS]):
+        _close(b, a, 1e-12, "k_gmm, 20 entries on 12 threads: copies against shared atomics")
+    assert np.all(got[0][0] != 0)
     # too many items to copy: atomics into shared memory, as before
     saved = ck.PRIVATE_ITEMS
     ck.PRIVATE_ITEMS = 8
@@ -1042,22 +1060,72 @@ def check_kernel_rewound_writes_run_the_primal_again():
 
 def check_kernel_tape_overflow_relaunch():
     """A data-dependent while loop on a 4-item tape: the launch overflows, the arrays and
-    shadows are restored, and the adjoint is launched again with a larger tape."""
+    shadows are restored, and the adjoint is launched again with its tape in rows of
+    buffers the launcher allocates (built once: a launch needing more room again gets
+    larger buffers and the same kernel).  Without rows (``ROW_BYTES = 0``, or rows too
+    large), the local tape grows and the adjoint is compiled again for each size."""
     import numpy as np
+    import zyg
     import zyg.cuda as zc
     from zyg import cuda_kernel as ck
     rng = np.random.default_rng(3)
     n, m = 12, 5
+    # w has room for a longer loop below (its shape is part of the adjoint's key: a shared
+    # parameter's shadow is staged per block)
+    args = [rng.normal(size=n), rng.normal(size=8 * m), np.zeros(n), n, m]
+    bars = {2: rng.normal(size=n)}
     old = zc.tape_size()
     zc.set_tape_size(4)
+
+    def built():
+        return {k: b for k, b in ck._BUILT.items() if k[0] is k_loops}
     try:
-        before = {k[2] for k in ck._BUILT if k[0] is k_loops}
-        _kernel_case(k_loops, (1, 16), [rng.normal(size=n), rng.normal(size=m), np.zeros(n), n, m],
-                     {2: rng.normal(size=n)})
-        sizes = {k[2] for k in ck._BUILT if k[0] is k_loops} - before
-        assert len(sizes) >= 2, f"no relaunch with a larger tape: {sizes}"
+        before = set(built())
+        _kernel_case(k_loops, (1, 16), args, bars)
+        new = {k: b for k, b in built().items() if k not in before}
+        rows = [b for b in new.values() if b.rows]
+        assert len(new) == 2 and len(rows) == 1, \
+            f"one local tape, then rows: {[(k[2], b.rows) for k, b in new.items()]}"
+        assert [st for st, _ in rows[0].rows] == ["f"], rows[0].rows
+        src = open(rows[0].source).read()
+        assert "_zt_f[" not in src.split("def k_loops_adj(")[1].split("k_loops_adj_step(")[0] and \
+            "_fs[" in src and ", _zrow]" in src, "the step reads and writes the thread's column"
+        # much more room than the first relaunch gave: larger rows, the same kernel
+        once = set(built())
+        big = args[:4] + [8 * m]        # a longer counted loop
+        rooms, made = [], ck._tape_rows
+        ck._tape_rows = lambda stacks, room, config: rooms.append(room) or made(stacks, room, config)
+        try:
+            _kernel_case(k_loops, (1, 16), big, bars)
+        finally:
+            ck._tape_rows = made
+        assert set(built()) == once, "a larger room compiled the adjoint again"
+        assert rooms and min(rooms) >= 8 * m, rooms
+        # no rows: the local tape grows, compiled again for each size
+        saved = ck.ROW_BYTES
+        ck.ROW_BYTES = 0
+        try:
+            zc.set_tape_size(2)
+            before = set(built())
+            _kernel_case(k_loops, (1, 16), args, bars)
+            sizes = {k[2] for k in built() if k not in before}
+            assert len(sizes) >= 2, f"no relaunch with a larger tape: {sizes}"
+        finally:
+            ck.ROW_BYTES = saved
+        # rows over the budget: the local tape as well
+        saved = ck.ROW_BYTES
+        ck.ROW_BYTES = 16 * 8 * 8
+        try:
+            zc.set_tape_size(3)
+            before = set(built())
+            _kernel_case(k_loops, (1, 16), args, bars)
+            sizes = {k[2] for k in built() if k not in before}
+            assert len(sizes) >= 2, f"no local tape past the rows' budget: {sizes}"
+        finally:
+            ck.ROW_BYTES = saved
     finally:
         zc.set_tape_size(old)
+    assert zyg
 
 
 def check_device_vjp():
@@ -1315,6 +1383,17 @@ def ptx_kernel_adjoints():
         assert _atomic_add(ptx) or plain in (k_map, tt.fill_k), plain.__name__
         if plain in (k_shared, k_shared_2d, k_block_sum):
             assert re.search(r"\b(bar|barrier)\.sync", ptx) and ".shared" in ptx, plain.__name__
+    # the tape in rows of launcher-allocated buffers (after the status word, one per stack)
+    with_rows = []
+    for plain, kinds, sig, *_ in cases:
+        b = ck.build(cuda.jit(plain), kinds, 4, (), (), 0, True)
+        if not b.rows:
+            continue            # every stack bounded: local arrays of that size
+        with_rows.append(plain)
+        ptx = _ptx(b.kernel.py_func, sig + (i1,) + tuple(numba.from_dtype(dt)[:, :]
+                                                         for _, dt in b.rows))
+        assert "ld.global" in ptx and "st.global" in ptx, plain.__name__
+    assert k_loops in with_rows, with_rows
 
 
 def ptx_anchor_kernel_adjoints():

@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import backends
-from .backends.cuda import CudaBackend, cuda_module, simulator
+from .backends.cuda import CudaBackend, LocalStacks, cuda_module, simulator
 from .build import Program, load
 from .compile import LOAD_LOCK
 from .cuda import MAX_TAPE_SIZE, TapeOverflowError, kind_of_runtime, tape_size
@@ -53,7 +53,8 @@ from .pullbacks.transform import emit_kernel_step, emit_plain, plan
 from .ssa import hooks
 from .ssa.analysis import differentiable, is_array
 from .ssa.captured import Slot
-from .ssa.emit import Code, _ident
+from .pullbacks.tape import STACKS
+from .ssa.emit import Code, StackInit, _ident
 from .ssa.ir import Call, Const, Return, Stmt, callee_name
 from .ssa.prims import GetItem, MakeTuple, Prim, SetItem
 
@@ -357,20 +358,22 @@ class _KernelBackend(CudaBackend):
     launch's own ``cuda`` module (under the simulator, the kernel's swapped one, or, for a
     device function, the running launch's: :class:`_LaunchCuda`)."""
 
-    def __init__(self, tape_size: int, device_fn: bool = False):
+    def __init__(self, tape_size: int, device_fn: bool = False, rows: bool = False):
         super().__init__(tape_size)
         self.device_fn = device_fn
+        #: unbounded stacks in rows of launcher-allocated buffers (backends/cuda.RowStacks)
+        self.rows = rows
 
     def sized(self, n: int) -> "_KernelBackend":
-        return self if n == self.tape_size else _KernelBackend(n, self.device_fn)
+        return self if n == self.tape_size else _KernelBackend(n, self.device_fn, self.rows)
 
     def tag(self) -> str:
-        return super().tag() + "; kernel adjoint"
+        return super().tag() + "; kernel adjoint" + ("; tape rows in global memory" if self.rows else "")
 
     def load(self, code, ns: Dict[str, Any], names: List[str], stem: str):
-        from .backends.cuda import LocalStacks, _max2, _min2
+        from .backends.cuda import LocalStacks, RowStacks, _max2, _min2
         from .backends.base import Backend
-        self.storage = LocalStacks(self.tape_size)
+        self.storage = RowStacks(self.tape_size) if self.rows else LocalStacks(self.tape_size)
         ns = dict(ns)
         ns["cuda"] = _LaunchCuda() if self.device_fn and simulator() else cuda_module()
         ns["np"] = np
@@ -388,6 +391,7 @@ class Built:
         self.checked = checked      # the tape may overflow (a status word is passed)
         self.final = final          # the primal runs again after the adjoint
         self.source = source
+        self.rows: List[Tuple[str, Any]] = []   # (stack, dtype) of the tape's row buffers
 
 
 _BUILT: Dict[Any, Built] = {}
@@ -595,7 +599,7 @@ def private_parameters(py: Callable, kinds: Sequence[str]) -> List[int]:
 
 def build(kernel, kinds: Sequence[str], size: int,
           staged: Tuple[Tuple[int, Tuple[int, ...]], ...] = (),
-          private: Tuple[int, ...] = (), block: int = 0) -> Built:
+          private: Tuple[int, ...] = (), block: int = 0, rows: bool = False) -> Built:
     """The adjoint kernel of ``kernel`` for arguments of ``kinds``, with a per-thread tape of
     ``size`` items where unbounded; ``staged``: (parameter, shape) of the shared parameters
     whose shadows a block sums in shared memory before adding them into the global shadow
@@ -605,9 +609,14 @@ def build(kernel, kinds: Sequence[str], size: int,
     ``block``: the threads of a block, for launches of that size only.  Where given, each
     thread adds its contributions to the staged shadows plainly into a local copy of its
     own, and the block sums the copies once at the end (:func:`_block_sum`) instead of
-    adding every contribution atomically into shared memory."""
+    adding every contribution atomically into shared memory.
+
+    ``rows``: the stacks the transform could not bound are columns of buffers the launcher
+    passes after the status word, ``_zt_<stack>[slot, thread]`` (``Built.rows`` lists their
+    stacks and dtypes), one column per thread of the grid, instead of local arrays of
+    ``size`` items: their room is the buffers' at run time."""
     py = _py_function(kernel)
-    backend = _KernelBackend(size)
+    backend = _KernelBackend(size, rows=rows)
     block = int(block) if staged else 0
     key = (py, tuple(kinds), backend.key(), simulator(), tuple(staged), tuple(private), block,
            SUM_BYTES if block else 0)
@@ -632,20 +641,27 @@ def build(kernel, kinds: Sequence[str], size: int,
         code, ns, stacks, run_code = _emit(
             ir, allk, floats, backend, stem,
             [i for i in floats if i not in private and not (block and i in dict(staged))],
-            lambda p: _refuse(p, name, ir.nargs), effects=True, sync=sync)
+            lambda p: _refuse(p, name, ir.nargs), effects=True, sync=sync, rows=rows)
         checked = bool(stacks)
+        given = [n.stack for _, n in code.body if isinstance(n, StackInit) and rows and
+                 not LocalStacks.exact(n)]
         params, full = _interleaved(len(kinds), floats)
         geo_src = [f"cuda.{g}" for g in geo]
-        head = full + (["_status"] if checked else [])
+        head = full + (["_status"] if checked else []) + [f"_zt_{st}" for st in given]
         lines = [f"def {stem}({', '.join(head)}):"]
         stage = dict(staged)
+        if stage or given:
+            lines.append("    _t = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + "
+                         "cuda.blockDim.y * cuda.threadIdx.z)")
+            lines.append("    _nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z")
+        if given:
+            # the thread's column of the tape's buffers: its index in the whole grid
+            lines.append("    _zrow = _t + _nt * (cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + "
+                         "cuda.gridDim.y * cuda.blockIdx.z))")
         if stage:
             # a block's contributions to a shared parameter's shadow are summed in shared
             # memory, then added into the global shadow once per element and block
             import numba
-            lines.append("    _t = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + "
-                         "cuda.blockDim.y * cuda.threadIdx.z)")
-            lines.append("    _nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z")
             for i, shape in stage.items():
                 dt = np.dtype(kinds[i][:kinds[i].index("[")])
                 ns.ns[f"_nb_{dt.name}"] = numba.from_dtype(dt)
@@ -662,7 +678,8 @@ def build(kernel, kinds: Sequence[str], size: int,
                     lines.append(f"        _p{i}[{_flat_index(shape)}] = 0")
             lines.append("    cuda.syncthreads()")
         call = ", ".join(params + geo_src + [(f"_p{i}" if block else f"_s{i}") if i in stage
-                                             else f"d{i}" for i in floats])
+                                             else f"d{i}" for i in floats] +
+                         (["_zrow"] + [f"_zt_{st}" for st in given] if given else []))
         lines.append(f"    _need = {stem}_step({call})")
         if checked:
             lines.append("    if _need > 0:")
@@ -687,6 +704,7 @@ def build(kernel, kinds: Sequence[str], size: int,
         got.staged = [i for i, _ in staged]
         got.private = list(private)
         got.block = block
+        got.rows = [(st, np.dtype(STACKS[st][0][len("np."):])) for st in given]
         _BUILT[key] = got
         return got
 
@@ -717,7 +735,8 @@ def _block_sum(stage: Dict[int, Tuple[int, ...]], kinds: Sequence[str], block: i
     made = set()
     for i, shape in stage.items():
         dt = np.dtype(kinds[i][:kinds[i].index("[")])
-        c = sum_width(block, dt.itemsize)
+        # at most one entry per thread: each entry of a chunk needs a thread to sum it
+        c = min(sum_width(block, dt.itemsize), block)
         buf = f"_r_{dt.name}"
         if buf not in made:
             made.add(buf)
@@ -765,23 +784,25 @@ def _interleaved(n: int, wrt: Sequence[int]) -> Tuple[List[str], List[str]]:
 
 
 def _emit(ir, allk, wrt, backend, stem: str, atomic, check, effects: bool, sync: bool = False,
-          value: bool = False):
+          value: bool = False, rows: bool = False):
     """One thread's step (``<stem>_step``) and, where it rewinds writes, the primal it runs
     again (``<stem>_run``): (code, namespace, stacks, code of the run or None).  ``check``
     sees the first plan (refusals at the user's line)."""
     def shared_of(p):
         return [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
                 if type(st.expr.fn) is SharedArray]
+    given = (lambda n: not LocalStacks.exact(n)) if rows else None
     p = plan(ir, allk, list(wrt), backend, effects=effects)
     check(p)
     p.keep_final = True
     code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync,
-                                                 value)
+                                                 value, given)
     if not rewound:
         return code, ns, stacks, None
     # a write the adjoint rewinds: rewind them all, then run the primal again
     p = plan(ir, allk, list(wrt), backend, effects=effects)
-    code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync, value)
+    code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync, value,
+                                           given)
     p0 = plan(ir, allk, [], backend, effects=effects)
     run_code, ns0 = emit_plain(p0, stem + "_run", skip_atomic=True)
     ns.ns.update(ns0.ns)
@@ -889,8 +910,9 @@ class KernelAdjoint:
             # a 1-D launch: a thread's row, indexed by cuda.grid(1), is its own
             private = tuple(i for i in private_parameters(self.py, kinds)
                             if i not in dict(staged))
+        rows = None             # the tape's row buffers, once a launch ran out of room
         while True:
-            b = build(self.kernel, kinds, size, tuple(staged), private, block)
+            b = build(self.kernel, kinds, size, tuple(staged), private, block, rows is not None)
             full = []
             j = 0
             for i, a in enumerate(own):
@@ -908,15 +930,24 @@ class KernelAdjoint:
                 saved = [(a, _copy(a)) for i, a in enumerate(own)
                          if _is_array(a) and i in written] + [(d, _copy(d)) for d in shadows]
             status = cuda.to_device(np.zeros(1, np.int64))
-            self.kernel_launch(b, config, full + [status])
+            self.kernel_launch(b, config, full + [status] + (rows or []))
             need = int(status.copy_to_host()[0])
             if need == 0:
                 return
             for a, c in saved:
                 _restore(a, c)
-            grown = size * 2
+            room = rows[0].shape[0] if rows else size
+            grown = room * 2
             while grown < need:
                 grown *= 2
+            if ROW_BYTES > 0:
+                # the kernel with its tape in rows of launcher-allocated buffers (built the
+                # first time a launch runs short): no compile for each larger room
+                stacks = b.rows or build(self.kernel, kinds, size, tuple(staged), private, block,
+                                         True).rows
+                rows = _tape_rows(stacks, grown, config) if stacks else None
+                if rows is not None:
+                    continue
             if grown > MAX_TAPE_SIZE:
                 raise TapeOverflowError(
                     f"a per-thread tape of {size} items was too small for the adjoint of "
@@ -927,6 +958,28 @@ class KernelAdjoint:
     @staticmethod
     def kernel_launch(b: Built, config, args) -> None:
         b.kernel[config](*args)
+
+
+#: the most device memory the rows of a launch's tape may take (``_tape_rows``); beyond it,
+#: local arrays of a size compiled in (up to ``zyg.cuda.MAX_TAPE_SIZE`` items)
+ROW_BYTES = 1 << 30
+
+
+def _tape_rows(stacks: List[Tuple[str, Any]], room: int, config) -> Optional[List[Any]]:
+    """Device buffers of ``room`` slots for every thread of a launch of ``config``, one per
+    stack (``build(rows=True)``), or None where they would take more than ``ROW_BYTES``
+    (or, on a GPU, more than half its free memory)."""
+    def count(c):
+        return int(np.prod(c)) if isinstance(c, tuple) else int(c)
+    threads = count(config[0]) * count(config[1])
+    nbytes = sum(room * threads * dt.itemsize for _, dt in stacks)
+    limit = ROW_BYTES
+    cuda = cuda_module()
+    if not simulator():
+        limit = min(limit, cuda.current_context().get_memory_info()[0] // 2)
+    if nbytes > limit:
+        return None
+    return [cuda.device_array((room, threads), dt) for _, dt in stacks]
 
 
 def _block_threads(config, staged, own) -> int:

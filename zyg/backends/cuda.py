@@ -14,6 +14,9 @@ What it spells differently from ``cpu`` (``../shared/CUDA_AND_TASKS.md``, sectio
   code is generated (``zyg/cuda.py``), and the nodes that would need them raise here too;
 * helpers of generated code are ``cuda.jit(device=True)`` functions.
 
+A kernel's adjoint that zyg launches itself may keep its unbounded stacks in rows of a
+buffer the launcher allocates instead (:class:`RowStacks`).
+
 numba.cuda is imported lazily (:func:`cuda_module`), after the numpy 2.5 shim that
 numba-cuda 0.30.x needs (:func:`numpy_shim`).  Under numba's simulator
 (``NUMBA_ENABLE_CUDASIM=1``) generated device code runs as Python: ``cuda.local.array``
@@ -124,6 +127,12 @@ class LocalStacks(Stacks):
         self.size: Dict[str, int] = {}
         self.checked: Dict[str, bool] = {}
 
+    @staticmethod
+    def exact(n) -> bool:
+        """Whether the stack of ``StackInit`` node ``n`` gets exactly the room the transform
+        proved it needs (no checks, no overflow)."""
+        return n.bound is not None and n.bound <= MAX_STATIC
+
     def _slot(self, s: str, offset) -> str:
         e = f"_{s}sp" if offset is None else f"_{s}sp + {offset}"
         if self.checked.get(s, True):
@@ -134,7 +143,7 @@ class LocalStacks(Stacks):
 
     def _StackInit(self, n) -> List[str]:
         s = n.stack
-        exact = n.bound is not None and n.bound <= MAX_STATIC
+        exact = self.exact(n)
         size = n.bound if exact else self.tape_size
         self.size[s] = size
         self.checked[s] = not exact
@@ -170,6 +179,45 @@ class LocalStacks(Stacks):
 
     def _TapeOverflow(self, n) -> List[str]:
         return ["if " + " or ".join(f"_{s}sp > {self.size[s]}" for s in n.stacks) + ":"]
+
+
+class RowStacks(LocalStacks):
+    """The tape of a kernel's adjoint that zyg launches itself (``zyg/cuda_kernel.py``):
+    a stack the transform bounded is a local array as in :class:`LocalStacks`; any other is
+    the thread's column ``_zrow`` of a buffer the launcher allocates, ``_zt_<s>[slot,
+    thread]`` (one column per thread of the grid; a slot's items of consecutive threads are
+    adjacent, so a warp's stores and loads are coalesced).  Its room is the buffer's first
+    dimension, a value at run time: a launch short of room is launched again with larger
+    buffers and the same compiled kernel."""
+
+    def __init__(self, tape_size: int):
+        super().__init__(tape_size)
+        self.rows: Dict[str, bool] = {}
+
+    def _slot(self, s: str, offset) -> str:
+        if not self.rows.get(s):
+            return super()._slot(s, offset)
+        e = f"_{s}sp" if offset is None else f"_{s}sp + {offset}"
+        return f"_{s}s[{e} if {e} < _{s}n else _{s}n - 1, _zrow]"
+
+    def _StackInit(self, n) -> List[str]:
+        s = n.stack
+        if self.exact(n):
+            return super()._StackInit(n)
+        self.rows[s] = True
+        self.checked[s] = True
+        return [f"_{s}s = _zt_{s}", f"_{s}n = _zt_{s}.shape[0]", f"_{s}cap = _{s}n",
+                f"_{s}sp = 0", f"_{s}want = 0"]
+
+    def _Peek(self, n) -> List[str]:
+        if not self.rows.get(n.stack):
+            return super()._Peek(n)
+        off = f"_{n.stack}sp" if n.offset is None else f"_{n.stack}sp + {n.offset}"
+        return [f"{n.name} = _{n.stack}s[{off}, _zrow]"]
+
+    def _TapeOverflow(self, n) -> List[str]:
+        return ["if " + " or ".join(f"_{s}sp > _{s}n" if self.rows.get(s) else
+                                    f"_{s}sp > {self.size[s]}" for s in n.stacks) + ":"]
 
 
 class CudaBackend(Backend):
