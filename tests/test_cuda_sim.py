@@ -733,6 +733,16 @@ def k_grid2(a, b, n, m):
         b[i, j] = a[i, j] * a[j % n, i % m] + math.tanh(a[i, j])
 
 
+def k_grid2_loop(a, w, b, n, m, K):
+    """A 2-D grid, a loop of a trip count known at run time, a shared parameter (w)."""
+    i, j = cuda.grid(2)
+    if i < n and j < m:
+        s = 0.0
+        for k in range(K):
+            s = math.sin(s * a[i, j] + w[k])
+        b[i, j] = s
+
+
 def k_shared(x, y, n):
     """A tile in shared memory read at the neighbour's element after a barrier, with a
     data-dependent loop before it (its tape may overflow: the block skips its adjoint
@@ -1126,6 +1136,34 @@ def check_kernel_tape_overflow_relaunch():
     finally:
         zc.set_tape_size(old)
     assert zyg
+
+
+def check_kernel_rows_and_block_sums_together():
+    """The tape in rows and the block sums where they meet other things: a 2-D grid of
+    2-D blocks (the thread's column in the whole grid; 4 threads summing 5 entries of w),
+    writes the adjoint rewinds and then runs the primal again (k_inplace), all on a
+    tape of 2 items that the first launch overruns."""
+    import numpy as np
+    import zyg.cuda as zc
+    from zyg import cuda_kernel as ck
+    rng = np.random.default_rng(12)
+    old = zc.tape_size()
+    zc.set_tape_size(2)
+    try:
+        n, m, K = 5, 7, 5
+        _kernel_case(k_grid2_loop, ((3, 4), (2, 2)), [rng.normal(size=(n, m)), rng.normal(size=K),
+                                                     np.zeros((n, m)), n, m, K],
+                     {2: rng.normal(size=(n, m))})
+        got = [b for key, b in ck._BUILT.items() if key[0] is k_grid2_loop]
+        assert any(b.rows and b.block == 4 and b.staged == [1] for b in got), \
+            [(b.rows, b.block, b.staged) for b in got]
+        n = 20
+        _kernel_case(k_inplace, (2, 16), [rng.normal(size=n) * 0.3, rng.normal(size=6), n, 6],
+                     {0: rng.normal(size=n)})
+        got = [b for key, b in ck._BUILT.items() if key[0] is k_inplace]
+        assert any(b.rows and b.final for b in got), [(b.rows, b.final) for b in got]
+    finally:
+        zc.set_tape_size(old)
 
 
 def check_device_vjp():
