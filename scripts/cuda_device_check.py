@@ -200,7 +200,7 @@ def run_timings(args, results):
             batch = vg._zyg_batch
             from zyg import backends
             backend = backends.get("cuda")
-            kern, nwrt, checked = batch._kernel(["float", "int"], [0, None], backend)
+            kern, nwrt, checked, _ = batch._kernel(["float", "int"], [0, None], backend)
             o0, o1 = cuda.device_array(n), cuda.device_array(n)
             status = cuda.to_device(np.zeros(1, np.int64))
             grid = (n + 255) // 256

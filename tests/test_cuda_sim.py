@@ -397,11 +397,25 @@ def _tape_overflow():
         assert np.isnan(g[1:]).all(), g
         ref = np.array([zyg.grad(bessel_j)(float(x), 2) for x in z])
         assert np.isnan(g[0]) or abs(g[0] - ref[0]) < 1e-12
-        # vmap relaunches with a tape large enough
-        gv = zyg.vmap(zyg.grad(bessel_j), target="cuda")(z, 2)
-        _close(gv, ref, 1e-12, "vmap after relaunch")
-        keep = zyg.cuda.MAX_TAPE_SIZE
-        zyg.cuda.MAX_TAPE_SIZE = 16
+        # vmap relaunches with a tape large enough: its rows in buffers passed in, built
+        # once (a batch needing more room gets larger buffers and the same kernel)
+        vg = zyg.vmap(zyg.grad(bessel_j), target="cuda")
+        rooms, made = [], zyg.cuda.tape_rows
+        zyg.cuda.tape_rows = lambda st, room, n: rooms.append(room) or made(st, room, n)
+        try:
+            gv = vg(z, 2)
+            _close(gv, ref, 1e-12, "vmap after relaunch")
+            kernels = dict(vg._zyg_batch.kernels)
+            assert any(got[0][3] for got in kernels.values()), "a batch with the tape's rows"
+            zb = np.array([0.01, 30.0, 60.0])            # longer series: more room
+            _close(vg(zb, 2), [zyg.grad(bessel_j)(float(x), 2) for x in zb], 1e-9,
+                   "vmap, larger rows")
+            assert vg._zyg_batch.kernels.keys() == kernels.keys(), "compiled again for more room"
+            assert len(rooms) >= 2 and rooms[-1] > rooms[0], rooms
+        finally:
+            zyg.cuda.tape_rows = made
+        keep, keep_rows = zyg.cuda.MAX_TAPE_SIZE, zyg.cuda.ROW_BYTES
+        zyg.cuda.MAX_TAPE_SIZE, zyg.cuda.ROW_BYTES = 16, 0      # no rows: local tapes
         try:
             zyg.vmap(zyg.grad(bessel_j), target="cuda")(np.array([10.0]), 2)
         except zyg.cuda.TapeOverflowError as e:
@@ -409,7 +423,7 @@ def _tape_overflow():
         else:
             raise AssertionError("no TapeOverflowError past MAX_TAPE_SIZE")
         finally:
-            zyg.cuda.MAX_TAPE_SIZE = keep
+            zyg.cuda.MAX_TAPE_SIZE, zyg.cuda.ROW_BYTES = keep, keep_rows
     finally:
         zyg.cuda.set_tape_size(old)
 
@@ -1112,8 +1126,8 @@ def check_kernel_tape_overflow_relaunch():
         assert set(built()) == once, "a larger room compiled the adjoint again"
         assert rooms and min(rooms) >= 8 * m, rooms
         # no rows: the local tape grows, compiled again for each size
-        saved = ck.ROW_BYTES
-        ck.ROW_BYTES = 0
+        saved = zc.ROW_BYTES
+        zc.ROW_BYTES = 0
         try:
             zc.set_tape_size(2)
             before = set(built())
@@ -1121,10 +1135,10 @@ def check_kernel_tape_overflow_relaunch():
             sizes = {k[2] for k in built() if k not in before}
             assert len(sizes) >= 2, f"no relaunch with a larger tape: {sizes}"
         finally:
-            ck.ROW_BYTES = saved
+            zc.ROW_BYTES = saved
         # rows over the budget: the local tape as well
-        saved = ck.ROW_BYTES
-        ck.ROW_BYTES = 16 * 8 * 8
+        saved = zc.ROW_BYTES
+        zc.ROW_BYTES = 16 * 8 * 8
         try:
             zc.set_tape_size(3)
             before = set(built())
@@ -1132,7 +1146,7 @@ def check_kernel_tape_overflow_relaunch():
             sizes = {k[2] for k in built() if k not in before}
             assert len(sizes) >= 2, f"no local tape past the rows' budget: {sizes}"
         finally:
-            ck.ROW_BYTES = saved
+            zc.ROW_BYTES = saved
     finally:
         zc.set_tape_size(old)
     assert zyg
@@ -1355,8 +1369,15 @@ def ptx_vmap_kernels():
     ]
     for fn, kinds, ax, sig in cases:
         b = zyg.vmap(fn, target="cuda")._zyg_batch
-        kern, _, _ = b._kernel(kinds, ax, cu)
+        kern, _, _, _ = b._kernel(kinds, ax, cu)
         _ptx(kern.py_func, sig)
+    # the batch with the tape's rows passed in (after a launch ran short of local tape)
+    with _mode("reverse"):
+        b = zyg.vmap(zyg.value_and_grad(bessel_j), target="cuda")._zyg_batch
+        kern, _, _, rows = b._kernel(["float", "int"], [0, None], backends.get("cuda").with_rows())
+        assert [s for s, _ in rows] == ["f"], rows
+        ptx = _ptx(kern.py_func, (a1, i8, a1, a1, i1, i8, a2))
+        assert "st.global" in ptx and "ld.global" in ptx
 
 
 def _atomic_add(ptx: str, space: str = "global") -> bool:

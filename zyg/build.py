@@ -23,11 +23,11 @@ numba's errors to :class:`~zyg.errors.CompileError` at the user's line (:class:`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence
 
 from .compile import LOAD_LOCK, compile_error, compile_for_types, compile_notice
-from .pullbacks.transform import Plan, emit_fused, emit_split
+from .pullbacks.transform import Plan, emit_fused, emit_split, row_stacks
 from .ssa.emit import Code
 
 
@@ -89,6 +89,7 @@ class FusedInfo:
     diffable: List[int]         # the argument positions with a gradient, in its order
     stacks: List[Any]           # (stack, dtype) of the buffers the function takes last
     retry: bool                 # zero-cotangent tests were left out: a build with them exists
+    rows: List[str] = field(default_factory=list)   # stacks passed in as rows (Backend.tape_rows)
 
 
 @dataclass
@@ -102,7 +103,8 @@ class Fused(Transform):
     def emit(self, p: Plan, stem: str) -> Program:
         _, code, ns, diffable, stacks, parts, retry = emit_fused(p, stem, value=self.value,
                                                                  zero_guards=self.zero_guards)
-        return Program(code, ns.ns, list(parts) + [stem], stem, FusedInfo(diffable, stacks, retry))
+        return Program(code, ns.ns, list(parts) + [stem], stem,
+                       FusedInfo(diffable, stacks, retry, row_stacks(code, p.backend)))
 
 
 @dataclass

@@ -41,6 +41,10 @@ from .ssa.lower import unwrap
 _LOCK = LOAD_LOCK      # zyg's build lock (numba's compiler lock: zyg/caches.py)
 #: the most items per stack vmap grows a per-thread tape to before it gives up
 MAX_TAPE_SIZE = 1 << 16
+#: the most device memory the tape's rows of one launch may take (:func:`tape_rows`); past
+#: it, a launch short of room gets local arrays of a size compiled in instead (up to
+#: ``MAX_TAPE_SIZE`` items)
+ROW_BYTES = 1 << 30
 
 
 class TapeOverflowError(ZygError):
@@ -145,6 +149,9 @@ class Built:
         self.mode = mode
         self.device = None
         self.ir = None          # the IR it was built from (build(): stale when f's reads change)
+        #: (stack, dtype) of the tape's stacks passed in as rows, after the arguments
+        #: (``CudaBackend.with_rows``): ``fn(*args, row, *buffers)``
+        self.rows: List[Tuple[str, Any]] = []
 
 
 _BUILT: Dict[Any, Built] = {}
@@ -231,9 +238,30 @@ def build(f: Callable, kinds: Sequence[str], argnums, backend) -> Built:
             # (on cpu a large function comes as a primal and an adjoint that the last one calls)
             built = build_program(Fused(value=True, zero_guards=True), p, name)
             got = Built(built.fns[-1], built.info.stacks, len(wrt), backend, built.path)
+            got.rows = row_dtypes(built.info.rows)
         got.ir = ir
         _BUILT[key] = got
         return got
+
+
+def row_dtypes(stacks: Sequence[str]) -> List[Tuple[str, Any]]:
+    """(stack, numpy dtype) of the tape's stacks passed in as rows."""
+    from .pullbacks.tape import STACKS
+    return [(s, np.dtype(STACKS[s][0][len("np."):])) for s in stacks]
+
+
+def tape_rows(stacks: Sequence[Tuple[str, Any]], room: int, threads: int) -> Optional[List[Any]]:
+    """Device buffers ``[slot, thread]`` of ``room`` slots for ``threads`` threads, one per
+    stack of ``stacks`` ((stack, dtype): ``backends/cuda.RowStacks``), or None where they
+    would take more than ``ROW_BYTES`` or, on a GPU, half its free memory."""
+    nbytes = sum(room * threads * np.dtype(dt).itemsize for _, dt in stacks)
+    limit = ROW_BYTES
+    cuda = cuda_module()
+    if not simulator():
+        limit = min(limit, cuda.current_context().get_memory_info()[0] // 2)
+    if nbytes > limit or not stacks:
+        return None
+    return [cuda.device_array((room, threads), dt) for _, dt in stacks]
 
 
 def _tape_items(code) -> Optional[int]:
@@ -542,21 +570,32 @@ class _Batch:
                 dev_args.append(cuda.to_device(np.ascontiguousarray(a)))
             else:
                 dev_args.append(a)
+        rows = None             # the tape's row buffers, once a launch ran out of room
         while True:
             backend = backends.get("cuda").sized(size)
-            kern, nwrt, checked = self._kernel(kinds, ax, backend)
+            if rows is not None:
+                backend = backend.with_rows()
+            kern, nwrt, checked, stacks = self._kernel(kinds, ax, backend)
             nout = self._nout(nwrt)
             outs = [cuda.device_array(n, np.float64) for _ in range(nout)]
             status = cuda.to_device(np.zeros(1, np.int64))
             threads = 64 if sim else 256
             blocks = max(1, (n + threads - 1) // threads)
-            kern[blocks, threads](*dev_args, *outs, status, n)
+            kern[blocks, threads](*dev_args, *outs, status, n, *(rows or []))
             need = int(status.copy_to_host()[0]) if checked else 0
             if need == 0:
                 break
-            grown = size * 2
+            grown = (rows[0].shape[0] if rows else size) * 2
             while grown < need:
                 grown *= 2
+            if ROW_BYTES > 0:
+                # the gradient with its tape in rows of buffers allocated here (built the
+                # first time a launch runs short): larger rows for more room, no compile
+                if rows is None:
+                    stacks = self._kernel(kinds, ax, backend.with_rows())[3]
+                rows = tape_rows(stacks, grown, n)
+                if rows is not None:
+                    continue
             if grown > MAX_TAPE_SIZE:
                 raise TapeOverflowError(
                     f"a per-thread tape of {size} items was too small for "
@@ -580,15 +619,18 @@ class _Batch:
         nargs = len(kinds)
         params = [f"a{k}" for k in range(nargs)]
         item = ", ".join(f"a{k}[i]" if x == 0 else f"a{k}" for k, x in enumerate(ax))
+        rows = b.rows if b is not None else []
+        bufs = [f"_zt_{s}" for s, _ in rows]
         if b is None:
             fn = unwrap(self.f) if simulator() else cuda.jit(device=True)(unwrap(self.f))
             nwrt, checked = 0, False
             call = f"_f({item})"
         else:
             fn, nwrt, checked = _device_fn(b), b.nwrt, bool(b.stacks)
-            call = f"_f({item})"
+            # the tape's rows: item i's column
+            call = f"_f({', '.join([item] + (['i'] + bufs if rows else []))})"
         nout = self._nout(nwrt)
-        lines = [f"def _zyg_batch({', '.join(params + [f'_o{k}' for k in range(nout)] + ['_status', 'n'])}):",
+        lines = [f"def _zyg_batch({', '.join(params + [f'_o{k}' for k in range(nout)] + ['_status', 'n'] + bufs)}):",
                  "    i = cuda.grid(1)",
                  "    if i < n:"]
         lines += self._lines(call, nwrt, "        ")
@@ -598,7 +640,7 @@ class _Batch:
         glob = {"_f": fn, "cuda": cuda, "np": np, "math": __import__("math")}
         exec("\n".join(lines) + "\n", glob)
         kern = cuda.jit(glob["_zyg_batch"])
-        got = (kern, nwrt, checked)
+        got = (kern, nwrt, checked, rows)
         self.kernels[key] = (got, dep)
         return got
 

@@ -44,17 +44,17 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import backends
-from .backends.cuda import CudaBackend, LocalStacks, cuda_module, simulator
+from .backends.cuda import CudaBackend, cuda_module, simulator
 from .build import Program, load
 from .compile import LOAD_LOCK
-from .cuda import MAX_TAPE_SIZE, TapeOverflowError, kind_of_runtime, tape_size
+from . import cuda as zc
+from .cuda import MAX_TAPE_SIZE, TapeOverflowError, kind_of_runtime, row_dtypes, tape_rows, tape_size
 from .errors import TypeMismatch, UnsupportedSyntax
-from .pullbacks.transform import emit_kernel_step, emit_plain, plan
+from .pullbacks.transform import emit_kernel_step, emit_plain, plan, row_stacks
 from .ssa import hooks
 from .ssa.analysis import differentiable, is_array
 from .ssa.captured import Slot
-from .pullbacks.tape import STACKS
-from .ssa.emit import Code, StackInit, _ident
+from .ssa.emit import Code, _ident
 from .ssa.ir import Call, Const, Return, Stmt, callee_name
 from .ssa.prims import GetItem, MakeTuple, Prim, SetItem
 
@@ -359,21 +359,19 @@ class _KernelBackend(CudaBackend):
     device function, the running launch's: :class:`_LaunchCuda`)."""
 
     def __init__(self, tape_size: int, device_fn: bool = False, rows: bool = False):
-        super().__init__(tape_size)
+        super().__init__(tape_size, rows=rows)
         self.device_fn = device_fn
-        #: unbounded stacks in rows of launcher-allocated buffers (backends/cuda.RowStacks)
-        self.rows = rows
 
-    def sized(self, n: int) -> "_KernelBackend":
-        return self if n == self.tape_size else _KernelBackend(n, self.device_fn, self.rows)
+    def _like(self, tape_size: int, rows: bool) -> "_KernelBackend":
+        return _KernelBackend(tape_size, self.device_fn, rows)
 
     def tag(self) -> str:
-        return super().tag() + "; kernel adjoint" + ("; tape rows in global memory" if self.rows else "")
+        return super().tag() + "; kernel adjoint"
 
     def load(self, code, ns: Dict[str, Any], names: List[str], stem: str):
-        from .backends.cuda import LocalStacks, RowStacks, _max2, _min2
+        from .backends.cuda import _max2, _min2
         from .backends.base import Backend
-        self.storage = RowStacks(self.tape_size) if self.rows else LocalStacks(self.tape_size)
+        self.storage = self._storage()
         ns = dict(ns)
         ns["cuda"] = _LaunchCuda() if self.device_fn and simulator() else cuda_module()
         ns["np"] = np
@@ -641,10 +639,9 @@ def build(kernel, kinds: Sequence[str], size: int,
         code, ns, stacks, run_code = _emit(
             ir, allk, floats, backend, stem,
             [i for i in floats if i not in private and not (block and i in dict(staged))],
-            lambda p: _refuse(p, name, ir.nargs), effects=True, sync=sync, rows=rows)
+            lambda p: _refuse(p, name, ir.nargs), effects=True, sync=sync)
         checked = bool(stacks)
-        given = [n.stack for _, n in code.body if isinstance(n, StackInit) and rows and
-                 not LocalStacks.exact(n)]
+        given = row_stacks(code, backend)
         params, full = _interleaved(len(kinds), floats)
         geo_src = [f"cuda.{g}" for g in geo]
         head = full + (["_status"] if checked else []) + [f"_zt_{st}" for st in given]
@@ -704,7 +701,7 @@ def build(kernel, kinds: Sequence[str], size: int,
         got.staged = [i for i, _ in staged]
         got.private = list(private)
         got.block = block
-        got.rows = [(st, np.dtype(STACKS[st][0][len("np."):])) for st in given]
+        got.rows = row_dtypes(given)
         _BUILT[key] = got
         return got
 
@@ -784,25 +781,23 @@ def _interleaved(n: int, wrt: Sequence[int]) -> Tuple[List[str], List[str]]:
 
 
 def _emit(ir, allk, wrt, backend, stem: str, atomic, check, effects: bool, sync: bool = False,
-          value: bool = False, rows: bool = False):
+          value: bool = False):
     """One thread's step (``<stem>_step``) and, where it rewinds writes, the primal it runs
     again (``<stem>_run``): (code, namespace, stacks, code of the run or None).  ``check``
     sees the first plan (refusals at the user's line)."""
     def shared_of(p):
         return [st.var.id for blk in p.fn.iter_blocks() for st in blk.stmts
                 if type(st.expr.fn) is SharedArray]
-    given = (lambda n: not LocalStacks.exact(n)) if rows else None
     p = plan(ir, allk, list(wrt), backend, effects=effects)
     check(p)
     p.keep_final = True
     code, ns, stacks, rewound = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync,
-                                                 value, given)
+                                                 value)
     if not rewound:
         return code, ns, stacks, None
     # a write the adjoint rewinds: rewind them all, then run the primal again
     p = plan(ir, allk, list(wrt), backend, effects=effects)
-    code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync, value,
-                                           given)
+    code, ns, stacks, _ = emit_kernel_step(p, stem + "_step", atomic, shared_of(p), sync, value)
     p0 = plan(ir, allk, [], backend, effects=effects)
     run_code, ns0 = emit_plain(p0, stem + "_run", skip_atomic=True)
     ns.ns.update(ns0.ns)
@@ -940,7 +935,7 @@ class KernelAdjoint:
             grown = room * 2
             while grown < need:
                 grown *= 2
-            if ROW_BYTES > 0:
+            if zc.ROW_BYTES > 0:
                 # the kernel with its tape in rows of launcher-allocated buffers (built the
                 # first time a launch runs short): no compile for each larger room
                 stacks = b.rows or build(self.kernel, kinds, size, tuple(staged), private, block,
@@ -960,26 +955,12 @@ class KernelAdjoint:
         b.kernel[config](*args)
 
 
-#: the most device memory the rows of a launch's tape may take (``_tape_rows``); beyond it,
-#: local arrays of a size compiled in (up to ``zyg.cuda.MAX_TAPE_SIZE`` items)
-ROW_BYTES = 1 << 30
-
-
 def _tape_rows(stacks: List[Tuple[str, Any]], room: int, config) -> Optional[List[Any]]:
-    """Device buffers of ``room`` slots for every thread of a launch of ``config``, one per
-    stack (``build(rows=True)``), or None where they would take more than ``ROW_BYTES``
-    (or, on a GPU, more than half its free memory)."""
+    """The tape's row buffers (:func:`zyg.cuda.tape_rows`) for every thread of a launch of
+    ``config``."""
     def count(c):
         return int(np.prod(c)) if isinstance(c, tuple) else int(c)
-    threads = count(config[0]) * count(config[1])
-    nbytes = sum(room * threads * dt.itemsize for _, dt in stacks)
-    limit = ROW_BYTES
-    cuda = cuda_module()
-    if not simulator():
-        limit = min(limit, cuda.current_context().get_memory_info()[0] // 2)
-    if nbytes > limit:
-        return None
-    return [cuda.device_array((room, threads), dt) for _, dt in stacks]
+    return tape_rows(stacks, room, count(config[0]) * count(config[1]))
 
 
 def _block_threads(config, staged, own) -> int:

@@ -76,6 +76,13 @@ class Backend:
     def __repr__(self) -> str:
         return f"<zyg back end {self.name!r}>"
 
+    def tape_rows(self, init) -> bool:
+        """Whether the stack that ``StackInit`` node ``init`` creates is passed in instead:
+        a buffer ``_zt_<stack>`` after the generated function's other parameters, of which
+        the thread's column ``_zrow`` (given before them) is its tape (``backends/cuda.
+        RowStacks``).  Growable storages never: they allocate their own."""
+        return False
+
     # -- options ---------------------------------------------------------------------
     def options(self) -> Dict[str, Any]:
         """The compile options in force (they change with ``zyg.set_boundscheck``)."""

@@ -234,7 +234,7 @@ class CudaBackend(Backend):
     bounded_tape = True
     host = False
 
-    def __init__(self, tape_size: int = DEFAULT_TAPE_SIZE, mode: str = "auto"):
+    def __init__(self, tape_size: int = DEFAULT_TAPE_SIZE, mode: str = "auto", rows: bool = False):
         super().__init__()
         if mode not in GRADIENT_MODES:
             raise ValueError(f"a device gradient's mode is one of {', '.join(GRADIENT_MODES)}, "
@@ -242,16 +242,34 @@ class CudaBackend(Backend):
         self.tape_size = int(tape_size)
         #: how device gradients of numbers are made (zyg.cuda.set_gradient_mode)
         self.mode = mode
-        self.storage = LocalStacks(self.tape_size)
+        #: the stacks the transform could not bound are rows of buffers the caller passes
+        #: in (:class:`RowStacks`): for code that zyg launches itself, whose launcher
+        #: allocates them (kernel adjoints, ``zyg.vmap`` batches)
+        self.rows = rows
+        self.storage = self._storage()
+
+    def _storage(self) -> LocalStacks:
+        return RowStacks(self.tape_size) if self.rows else LocalStacks(self.tape_size)
+
+    def _like(self, tape_size: int, rows: bool) -> "CudaBackend":
+        return CudaBackend(tape_size, self.mode, rows)
 
     def sized(self, tape_size: int) -> "CudaBackend":
         """This back end with another size of the unbounded per-thread tape."""
-        return self if tape_size == self.tape_size else CudaBackend(tape_size, self.mode)
+        return self if tape_size == self.tape_size else self._like(tape_size, self.rows)
+
+    def with_rows(self) -> "CudaBackend":
+        """This back end with the stacks it cannot bound in rows of buffers passed in."""
+        return self if self.rows else self._like(self.tape_size, True)
+
+    def tape_rows(self, init) -> bool:
+        return self.rows and not LocalStacks.exact(init)
 
     def tag(self) -> str:
         sim = "simulator" if simulator() else "device"
+        rows = "; the rest in rows of buffers passed in" if self.rows else ""
         return (f"# target cuda ({sim}): per-thread tape of {self.tape_size} items where "
-                f"unbounded; gradients of numbers: {self.mode}")
+                f"unbounded{rows}; gradients of numbers: {self.mode}")
 
     def prepare(self) -> None:
         cuda_module()
@@ -311,7 +329,7 @@ class CudaBackend(Backend):
 
     def load(self, code, ns: Dict[str, Any], names: List[str], stem: str):
         # a fresh storage per module: it remembers the sizes of the stacks it declared
-        self.storage = LocalStacks(self.tape_size)
+        self.storage = self._storage()
         ns = dict(ns)
         ns["cuda"] = _SimCuda() if simulator() else cuda_module()
         ns["np"] = np
