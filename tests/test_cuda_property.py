@@ -1,5 +1,7 @@
-"""Property tests of kernel adjoints (``zyg.vjp(kernel)``, issue 25) under numba's simulator:
-random kernels composed of what numba.cuda users write, each checked by three oracles.
+"""Property tests of the cuda target (issue 25) under numba's simulator: random kernels
+composed of what numba.cuda users write, whose adjoints (``zyg.vjp(kernel)``) are checked by
+three oracles, and random functions of numbers whose device gradients are checked against
+the cpu target's.
 
 A kernel here takes ``(x, w, acc, y, n, m)``: points ``x`` (read at the thread's row and,
 in some kernels, its neighbours', or updated in place), a parameter vector ``w`` every
@@ -20,8 +22,14 @@ The oracles, for each kernel:
   short and is relaunched with the tape in rows of buffers, against the default tape;
 * the arrays the adjoint leaves equal those of a plain launch.
 
-Simulated threads are slow: the suite checks ``ZYG_CUDA_PROPERTY_N`` (default 14) kernels
-from fixed seeds; ``ZYG_CUDA_PROPERTY_N=200 ZYG_CUDA_PROPERTY_SEED=7`` runs a longer,
+Device gradients (``zyg.vmap(zyg.value_and_grad(f, (0, 1)), target="cuda")``) of random
+functions of two numbers and a trip count (arithmetic, counted, runtime-bound and ``while``
+loops, ``break``, branches, a helper, ``sqrt``, powers): in reverse mode, forward mode and
+reverse mode on a 2-item tape (relaunched with the tape in rows), each against the cpu
+target's batch to 1e-12, and the cpu gradient against finite differences.
+
+Simulated threads are slow: the suite checks ``ZYG_CUDA_PROPERTY_N`` (default 14) programs
+of each family from fixed seeds; ``ZYG_CUDA_PROPERTY_N=200 ZYG_CUDA_PROPERTY_SEED=7`` runs a longer,
 different set outside CI.  The checks run in a child process (``NUMBA_ENABLE_CUDASIM=1``
 must be set before numba is imported).
 """
@@ -200,32 +208,143 @@ def check_kernel(seed: int, where: str):
     return checked, unreliable
 
 
+# -- device gradients of numbers (zyg.vmap(zyg.grad(f), target="cuda")) --------------------
+
+SCALAR_PATTERNS = ["arith", "counted", "runtime_loop", "while", "branch", "helper", "break",
+                   "sqrt", "power"]
+
+
+def _scalar_stmt(kind, r: random.Random):
+    c = round(r.uniform(0.2, 0.9), 3)
+    c2 = round(r.uniform(0.3, 1.5), 3)
+    if kind == "arith":
+        return [f"s = s * {c} + math.sin(y * {c2}) - x / (1.5 + y * y)"]
+    if kind == "counted":
+        return ["for k in range(3):",
+                f"    s = s * {c} + math.cos(x + k * {c2})"]
+    if kind == "runtime_loop":
+        return ["for k in range(n):",
+                f"    s += math.sin(s * {c}) * y"]
+    if kind == "while":
+        return ["t = abs(s) + 1.0",
+                "while t > 0.3:",
+                "    t = t * 0.5",
+                "    s = s + y * t"]
+    if kind == "branch":
+        return [f"if s > x * {c2}:",
+                "    s = s * s * 0.5 + y",
+                "else:",
+                "    s = math.tanh(s) - y * x"]
+    if kind == "helper":
+        return ["s = _h(s, y)"]
+    if kind == "break":
+        return ["for k in range(n):",
+                f"    s += y * {c}",
+                "    if s > 2.0:",
+                "        break"]
+    if kind == "sqrt":
+        return [f"s = s + math.sqrt(x * x + y * y + {c})"]
+    if kind == "power":
+        return [f"s = s + (x * {c}) ** 2 - s ** 3 * {round(c / 10, 4)}"]
+    raise ValueError(kind)
+
+
+def scalar_source(seed: int):
+    r = random.Random(seed)
+    kinds = [r.choice(SCALAR_PATTERNS) for _ in range(r.randint(2, 5))]
+    lines = ["import math", "", "",
+             "def _h(a, b):",
+             "    return a * math.exp(-b * b * 0.1) + b", "", "",
+             "def f(x, y, n):",
+             f"    s = x * {round(r.uniform(0.5, 1.5), 3)}"]
+    for kind in kinds:
+        lines += ["    " + ln for ln in _scalar_stmt(kind, r)]
+    lines.append("    return s")
+    return "\n".join(lines) + "\n", ", ".join(kinds)
+
+
+def check_device_gradient(seed: int, where: str):
+    """``zyg.vmap(zyg.value_and_grad(f, (0, 1)), target="cuda")`` in reverse mode, forward
+    mode, and reverse mode on a 2-item tape (relaunched with rows) against the cpu
+    target's batch (1e-12) and finite differences; returns (checked, unreliable)."""
+    import numpy as np
+    import zyg
+    src, what = scalar_source(seed)
+    path = os.path.join(where, f"zyg_cuda_scalar_{seed}.py")
+    with open(path, "w") as fh:
+        fh.write(src)
+    spec = importlib.util.spec_from_file_location(f"zyg_cuda_scalar_{seed}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = mod.f
+    r = np.random.default_rng(seed)
+    nb = 6
+    xs, ys = r.uniform(-1.2, 1.2, nb), r.uniform(-1.2, 1.2, nb)
+    n = int(r.integers(0, 5))
+    label = f"function of seed {seed} ({what}), n = {n}:\n{src}"
+    vg = zyg.value_and_grad(f, argnums=(0, 1))
+    v_cpu, (gx_cpu, gy_cpu) = zyg.vmap(vg, target="cpu")(xs, ys, n)
+    mode0, size0 = zyg.cuda.gradient_mode(), zyg.cuda.tape_size()
+    try:
+        for mode, size in (("reverse", size0), ("forward", size0), ("reverse", 2)):
+            zyg.cuda.set_gradient_mode(mode)
+            zyg.cuda.set_tape_size(size)
+            v, (gx, gy) = zyg.vmap(vg, target="cuda")(xs, ys, n)
+            for got, ref, name in ((v, v_cpu, "value"), (gx, gx_cpu, "d/dx"), (gy, gy_cpu, "d/dy")):
+                assert _rel(got, ref) <= 1e-12, \
+                    f"{label}{name} on cuda ({mode}, tape {size}) against cpu:\n{got}\n{ref}"
+    finally:
+        zyg.cuda.set_gradient_mode(mode0)
+        zyg.cuda.set_tape_size(size0)
+    assert _rel(v_cpu, [f(float(a), float(b), n) for a, b in zip(xs, ys)]) <= 1e-12, label
+    checked = unreliable = 0
+    for j in range(nb):
+        for k, g in ((0, gx_cpu), (1, gy_cpu)):
+            fd = []
+            for h in (1e-6, 1e-5):
+                up = [float(xs[j]), float(ys[j])]
+                dn = list(up)
+                up[k] += h
+                dn[k] -= h
+                fd.append((f(*up, n) - f(*dn, n)) / (2 * h))
+            if not np.all(np.isfinite(fd)) or abs(fd[0] - fd[1]) > 1e-5 * (1.0 + abs(fd[0])):
+                unreliable += 1
+                continue
+            assert abs(g[j] - fd[0]) <= 1e-6 * (1.0 + abs(fd[0])), \
+                f"{label}gradient {k} at point {j}: {g[j]} against finite differences {fd[0]}"
+            checked += 1
+    return checked, unreliable
+
+
 def seeds():
     n = int(os.environ.get("ZYG_CUDA_PROPERTY_N", "14"))
     base = int(os.environ.get("ZYG_CUDA_PROPERTY_SEED", "0"))
     return [base * 100003 + s for s in range(n)]
 
 
-def run_child(out_path: str):
-    """In the child (the simulator on): every kernel, its outcome as JSON."""
+FAMILIES = {"kernels": check_kernel, "device_gradients": check_device_gradient}
+
+
+def run_child(family: str, out_path: str):
+    """In the child (the simulator on): every program of ``family``, its outcome as JSON."""
     results = {}
     with tempfile.TemporaryDirectory() as where:
         for s in seeds():
             try:
-                results[str(s)] = {"ok": list(check_kernel(s, where))}
+                results[str(s)] = {"ok": list(FAMILIES[family](s, where))}
             except BaseException:
                 results[str(s)] = {"error": traceback.format_exc()}
     with open(out_path, "w") as fh:
         json.dump(results, fh)
 
 
-def test_kernel_adjoints_on_generated_kernels(tmp_path):
+def _family(family: str, tmp_path, least: int):
     out = str(tmp_path / "results.json")
     env = dict(os.environ)
     env["NUMBA_ENABLE_CUDASIM"] = "1"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run", out], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run", family, out],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert os.path.exists(out), f"the child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     with open(out) as fh:
         results = json.load(fh)
@@ -233,11 +352,20 @@ def test_kernel_adjoints_on_generated_kernels(tmp_path):
     assert not errors, "\n\n".join(errors.values())
     checked = sum(r["ok"][0] for r in results.values())
     unreliable = sum(r["ok"][1] for r in results.values())
-    print(f"{len(results)} kernels: {checked} directions checked against finite "
+    print(f"{family}: {len(results)} programs, {checked} derivatives checked against finite "
           f"differences, {unreliable} unreliable")
-    # the oracle must have checked most directions, or it checks nothing
-    assert checked >= 4 * len(results) and checked > 3 * unreliable, (checked, unreliable)
+    # the oracle must have checked most of them, or it checks nothing
+    assert checked >= least * len(results) and checked > 3 * unreliable, (checked, unreliable)
+
+
+def test_kernel_adjoints_on_generated_kernels(tmp_path):
+    _family("kernels", tmp_path, 4)
+
+
+def test_device_gradients_on_generated_functions(tmp_path):
+    _family("device_gradients", tmp_path, 6)
 
 
 if __name__ == "__main__" and "--run" in sys.argv:
-    run_child(sys.argv[sys.argv.index("--run") + 1])
+    at = sys.argv.index("--run")
+    run_child(sys.argv[at + 1], sys.argv[at + 2])
