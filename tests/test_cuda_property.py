@@ -22,14 +22,20 @@ The oracles, for each kernel:
   short and is relaunched with the tape in rows of buffers, against the default tape;
 * the arrays the adjoint leaves equal those of a plain launch.
 
+Launch tapes (``zyg.cuda.Tape``) over 3 to 6 launches of two such kernels on three buffers,
+each launch reading one and writing another (ping-pong, buffers overwritten after earlier
+launches read them, in-place updates, atomics into a shared accumulator): the gradients
+of every buffer's contents before the first launch against finite differences of the
+whole sequence.  (Programs whose results blow up past 1e6 count as unreliable.)
+
 Device gradients (``zyg.vmap(zyg.value_and_grad(f, (0, 1)), target="cuda")``) of random
 functions of two numbers and a trip count (arithmetic, counted, runtime-bound and ``while``
 loops, ``break``, branches, a helper, ``sqrt``, powers): in reverse mode, forward mode and
 reverse mode on a 2-item tape (relaunched with the tape in rows), each against the cpu
 target's batch to 1e-12, and the cpu gradient against finite differences.
 
-Simulated threads are slow: the suite checks ``ZYG_CUDA_PROPERTY_N`` (default 14) programs
-of each family from fixed seeds; ``ZYG_CUDA_PROPERTY_N=200 ZYG_CUDA_PROPERTY_SEED=7`` runs a longer,
+Simulated threads are slow: the suite checks ``ZYG_CUDA_PROPERTY_N`` programs of each family
+(default 14, tapes 10) from fixed seeds; ``ZYG_CUDA_PROPERTY_N=200 ZYG_CUDA_PROPERTY_SEED=7`` runs a longer,
 different set outside CI.  The checks run in a child process (``NUMBA_ENABLE_CUDASIM=1``
 must be set before numba is imported).
 """
@@ -76,8 +82,8 @@ def _stmt(kind, r: random.Random, ind: str):
                 f"{ind}else:",
                 f"{ind}    s = math.tanh(s) - w[1] * x[i]"]
     if kind == "inplace":
-        return [f"{ind}x[i] = x[i] * {c} + s * 0.25",
-                f"{ind}s = s + x[i] * x[i]"]
+        return [f"{ind}x[i] = math.tanh(x[i] * {c2}) + s * 0.25",
+                f"{ind}s = s + x[i] * x[i] * {c}"]
     if kind == "atomic":
         return [f"{ind}cuda.atomic.add(acc, 0, s * x[i] * {c})"]
     if kind == "local":
@@ -126,6 +132,13 @@ def _rel(a, b):
     import numpy as np
     a, b = np.asarray(a, float), np.asarray(b, float)
     return float(np.max(np.abs(a - b) / (1.0 + np.abs(b)))) if a.size else 0.0
+
+
+def _huge(arrays) -> bool:
+    """Results so large that differences at steps of 1e-6 mean nothing (a chain of
+    in-place updates can blow up): the program's directions count as unreliable."""
+    import numpy as np
+    return any(not np.all(np.isfinite(a)) or np.max(np.abs(a), initial=0.0) > 1e6 for a in arrays)
 
 
 def check_kernel(seed: int, where: str):
@@ -181,6 +194,8 @@ def check_kernel(seed: int, where: str):
     ref = launch(args)
     for i in floats:
         assert _rel(own[i], ref[i]) <= 1e-12, f"{label}argument {i} after the adjoint"
+    if _huge([ref[i] for i in floats]):
+        return 0, 2 * len(floats)
     checked = unreliable = 0
     for i in floats:
         for _ in range(2):
@@ -205,6 +220,79 @@ def check_kernel(seed: int, where: str):
             assert _rel(shadows2[i], shadows[i]) <= 1e-12, \
                 f"{label}shadow of argument {i} with {name} against the default"
             assert _rel(own2[i], ref[i]) <= 1e-12, f"{label}argument {i} with {name}"
+    return checked, unreliable
+
+
+def check_tape(seed: int, where: str):
+    """A ``zyg.cuda.Tape`` over 3 to 6 launches of two generated kernels on three buffers
+    (each launch reads one, writes another: buffers overwritten after earlier launches read
+    them, ping-pong) sharing ``w`` and ``acc``: the gradients of the buffers' contents
+    before the first launch against finite differences of the whole sequence."""
+    import numpy as np
+    import zyg
+    from numba import cuda
+    r = np.random.default_rng(seed)
+    rr = random.Random(seed)
+    kerns, srcs = [], []
+    for j in (0, 1):
+        src, what = kernel_source(1000003 + 2 * seed + j)
+        srcs.append(f"# {what}\n{src}")
+        kerns.append(cuda.jit(_load(src, 1000003 + 2 * seed + j, where)))
+    n, m = int(r.integers(9, 25)), int(r.integers(2, 5))
+    threads = int(r.choice([8, 16]))
+    cfg = ((n + threads - 1) // threads, threads)
+    steps = []
+    for _ in range(rr.randint(3, 6)):
+        a, b = rr.sample(range(3), 2)
+        steps.append((rr.randrange(2), a, b))
+    init = [r.normal(size=n) * 0.7 for _ in range(3)] + [r.normal(size=m) * 0.6,
+                                                          r.normal(size=1)]
+    bars = [r.normal(size=n) for _ in range(3)] + [np.zeros(m), r.normal(size=1)]
+
+    def run(arrays, tape=None):
+        for kk, a, b in steps:
+            # (every launch writes all of its output: nothing is zeroed on the host, which
+            # a tape would not see)
+            if tape is not None:
+                tape.launch(kerns[kk], cfg, arrays[a], arrays[3], arrays[4], arrays[b], n, m)
+            else:
+                kerns[kk][cfg](arrays[a], arrays[3], arrays[4], arrays[b], n, m)
+        return arrays
+
+    def objective(arrays):
+        out = run([x.copy() for x in arrays])
+        return sum(float(np.sum(o * bb)) for o, bb in zip(out, bars))
+
+    label = f"tape of seed {seed}, steps (kernel, read, write) {steps}:\n" + "\n".join(srcs)
+    arrays = [x.copy() for x in init]
+    tape = zyg.cuda.Tape()
+    run(arrays, tape)
+    ref = run([x.copy() for x in init])
+    for got, want in zip(arrays, ref):
+        assert _rel(got, want) <= 1e-12, f"{label}recorded launches changed the results"
+    if _huge(ref):
+        return 0, 5
+    # (a buffer no launch takes is unknown to the tape: naming it is an error)
+    used = sorted({a for _, a, _ in steps} | {b for _, _, b in steps} | {3, 4})
+    tape.backward(grads=[(arrays[i], bars[i]) for i in used if i != 3])
+    grads = {i: np.array(tape.gradient(arrays[i])) for i in used}
+    checked = unreliable = 0
+    for i in used:
+        v = r.normal(size=init[i].shape)
+        fd = []
+        for h in (1e-6, 1e-5):
+            up = [x.copy() for x in init]
+            dn = [x.copy() for x in init]
+            up[i] += h * v
+            dn[i] -= h * v
+            fd.append((objective(up) - objective(dn)) / (2 * h))
+        if abs(fd[0] - fd[1]) > 1e-5 * (1.0 + abs(fd[0])):
+            unreliable += 1
+            continue
+        got = float(np.sum(grads[i] * v))
+        assert abs(got - fd[0]) <= 1e-6 * (1.0 + abs(fd[0])), \
+            f"{label}\ngradient of array {i}: {got} against finite differences {fd[0]}"
+        checked += 1
     return checked, unreliable
 
 
@@ -316,20 +404,21 @@ def check_device_gradient(seed: int, where: str):
     return checked, unreliable
 
 
-def seeds():
-    n = int(os.environ.get("ZYG_CUDA_PROPERTY_N", "14"))
+def seeds(default: int = 14):
+    n = int(os.environ.get("ZYG_CUDA_PROPERTY_N", str(default)))
     base = int(os.environ.get("ZYG_CUDA_PROPERTY_SEED", "0"))
     return [base * 100003 + s for s in range(n)]
 
 
-FAMILIES = {"kernels": check_kernel, "device_gradients": check_device_gradient}
+FAMILIES = {"kernels": check_kernel, "device_gradients": check_device_gradient,
+            "tapes": check_tape}
 
 
 def run_child(family: str, out_path: str):
     """In the child (the simulator on): every program of ``family``, its outcome as JSON."""
     results = {}
     with tempfile.TemporaryDirectory() as where:
-        for s in seeds():
+        for s in seeds(10 if family == "tapes" else 14):
             try:
                 results[str(s)] = {"ok": list(FAMILIES[family](s, where))}
             except BaseException:
@@ -364,6 +453,10 @@ def test_kernel_adjoints_on_generated_kernels(tmp_path):
 
 def test_device_gradients_on_generated_functions(tmp_path):
     _family("device_gradients", tmp_path, 6)
+
+
+def test_launch_tapes_on_generated_kernels(tmp_path):
+    _family("tapes", tmp_path, 3)
 
 
 if __name__ == "__main__" and "--run" in sys.argv:

@@ -1244,6 +1244,87 @@ def check_kernel_float32_and_globals():
     SCALE = 2.0
 
 
+def k_table(x, p, y, n):
+    """A shared parameter read at constant indices, no loop: a tape zyg bounds."""
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = p[0] * math.sin(x[i]) + p[1] * x[i] * x[i] + p[2]
+
+
+def check_kernel_launched_again():
+    """A second launch with arguments of the same types and shapes goes straight to the
+    generated adjoint (``KernelAdjoint._direct``, for a tape zyg bounds): the same shadows
+    as the first; other shapes of a staged shadow, another block size or another dtype
+    build their own; shared memory between the arrays is refused on that path too.  A
+    kernel whose launch ran short of local tape starts the next launch of that kind with
+    rows of the room that sufficed (one launch, not two)."""
+    import numpy as np
+    import zyg
+    import zyg.cuda as zc
+    from zyg import cuda_kernel as ck
+    rng = np.random.default_rng(21)
+    n = 20
+    dk = zyg.vjp(cuda.jit(k_table))
+
+    def run(p, cfg=(2, 16), dtype=np.float64):
+        x = rng.normal(size=n).astype(dtype)
+        bar = rng.normal(size=n).astype(dtype)
+        got = []
+        for _ in range(2):
+            dx, dp = np.zeros(n, dtype), np.zeros(p.shape, dtype)
+            dk[cfg](x, dx, p.astype(dtype), dp, np.zeros(n, dtype), bar.copy(), n)
+            got.append((dx, dp))
+        for a, b in zip(*got):
+            _close(a, b, 1e-14 if dtype == np.float64 else 1e-6,
+                   "a second launch (atomic additions in any order)")
+        return got[0]
+    p = rng.normal(size=3)
+    run(p)
+    assert len(dk._direct) == 1, dk._direct
+    calls = []
+    made = ck.build
+    ck.build = lambda *a, **k: calls.append(a) or made(*a, **k)
+    try:
+        run(p)
+        assert not calls, "a launch like the last one built its adjoint again"
+        run(rng.normal(size=5))                 # another shape of the staged shadow
+        run(p, (4, 8))                          # another block size: its own block sum
+        run(p, dtype=np.float32)
+        assert len(calls) == 3, len(calls)
+    finally:
+        ck.build = made
+    assert len(dk._direct) == 4, len(dk._direct)
+    # an array as its own shadow, on the direct path
+    x = rng.normal(size=n)
+    args = [x, np.zeros(n), p, np.zeros(3), np.zeros(n), np.ones(n), n]
+    dk[2, 16](*args)
+    args[1] = x
+    try:
+        dk[2, 16](*args)
+    except zyg.AliasedArguments:
+        pass
+    else:
+        raise AssertionError("an array as its own shadow, launched again: not refused")
+    # a checked tape: the room that sufficed is where the next launch starts
+    old = zc.tape_size()
+    zc.set_tape_size(2)
+    try:
+        dg = zyg.vjp(cuda.jit(k_loops))
+        x, w, bar = rng.normal(size=12), rng.normal(size=5), rng.normal(size=12)
+        launches = []
+        real = dg.kernel_launch
+        dg.kernel_launch = lambda b, config, a: launches.append(bool(b.rows)) or real(b, config, a)
+        got = []
+        for _ in range(3):
+            dx, dw, y = np.zeros(12), np.zeros(5), np.zeros(12)
+            dg[1, 16](x, dx, w, dw, y, bar.copy(), 12, 5)
+            got.append(dx)
+        assert launches == [False, True, True, True], launches
+        _close(got[2], got[0], 1e-14, "launched in the remembered room")
+    finally:
+        zc.set_tape_size(old)
+
+
 def check_kernel_refusals():
     import numpy as np
     import zyg
