@@ -1087,22 +1087,38 @@ def _written_params(py) -> set:
     return out
 
 
+def _numba_array(a):
+    """A numba device array of ``a``'s memory (``a`` itself, or a view of another
+    library's array through ``__cuda_array_interface__``: CuPy, PyTorch)."""
+    if hasattr(a, "copy_to_device"):
+        return a
+    return cuda_module().as_cuda_array(a)
+
+
 def _copy(a):
-    """A copy of ``a`` where it lives (device arrays stay on the device)."""
+    """A copy of ``a``'s contents where ``a`` lives (a device copy of a device array)."""
     if isinstance(a, np.ndarray):
         return a.copy()
-    if hasattr(a, "copy_to_device") and not simulator():
-        c = cuda_module().device_array_like(a)
-        c.copy_to_device(a)
-        return c
-    return a.copy_to_host()
+    a = _numba_array(a)
+    c = cuda_module().device_array_like(a)
+    c.copy_to_device(a)
+    return c
 
 
 def _restore(a, saved) -> None:
+    """Copy ``saved`` (host or device contents) into ``a``."""
     if isinstance(a, np.ndarray):
-        a[...] = saved
+        a[...] = _host(saved)
     else:
-        a.copy_to_device(saved)
+        _numba_array(a).copy_to_device(saved)
+
+
+def _host(v) -> np.ndarray:
+    if isinstance(v, np.ndarray):
+        return v
+    if hasattr(v, "copy_to_host"):
+        return v.copy_to_host()
+    return np.asarray(v)
 
 
 def _is_kernel(f) -> bool:

@@ -43,6 +43,7 @@ import numpy as np
 
 from . import cuda as _zcuda
 from . import cuda_kernel as ck
+from .cuda_kernel import _copy, _host, _restore
 from .backends.cuda import cuda_module, simulator
 from .cuda import kind_of_runtime, tape_size
 from .errors import ZygError
@@ -158,45 +159,11 @@ def _extent(key) -> Optional[Tuple[int, int]]:
     return lo, hi
 
 
-def _numba_array(a):
-    """A numba device array of ``a``'s memory (``a`` itself, or a view of another
-    library's array through ``__cuda_array_interface__``: CuPy, PyTorch)."""
-    if hasattr(a, "copy_to_device"):
-        return a
-    return cuda_module().as_cuda_array(a)
-
-
-def _copy(a):
-    """A copy of ``a``'s contents where ``a`` lives (a device copy of a device array)."""
-    if isinstance(a, np.ndarray):
-        return a.copy()
-    a = _numba_array(a)
-    c = cuda_module().device_array_like(a)
-    c.copy_to_device(a)
-    return c
-
-
-def _restore(a, saved) -> None:
-    """Copy ``saved`` (host or device contents) into ``a``."""
-    if isinstance(a, np.ndarray):
-        a[...] = _host(saved)
-    else:
-        _numba_array(a).copy_to_device(saved)
-
-
 def _zeros_like(a):
     """A zero shadow of ``a``'s kind (a numba device array for any device array)."""
     if isinstance(a, np.ndarray):
         return np.zeros(a.shape, a.dtype)
     return cuda_module().to_device(np.zeros(tuple(a.shape), np.dtype(a.dtype)))
-
-
-def _host(v) -> np.ndarray:
-    if isinstance(v, np.ndarray):
-        return v
-    if hasattr(v, "copy_to_host"):
-        return v.copy_to_host()
-    return np.asarray(v)
 
 
 # -- interception of launches ---------------------------------------------------------------
