@@ -912,6 +912,29 @@ class KernelAdjoint:
         _distinct([a for a in own if _is_array(a)] + shadows, self.py)
         return own, shadows
 
+    def plan(self, config, own) -> Tuple[List[str], Tuple[Tuple[int, Tuple[int, ...]], ...],
+                                         Tuple[int, ...], int]:
+        """How the adjoint of a launch of ``config`` on the kernel's arguments ``own`` is
+        built (:func:`build`'s arguments besides the tape): the arguments' kinds, the
+        shared parameters whose shadows are staged per block (with their shapes), the
+        parameters whose shadows take plain additions, and the block size of the sums of
+        the threads' copies (0: atomics in shared memory)."""
+        kinds = [kind_of_runtime(a) for a in own]
+        staged, room = [], STAGED_BYTES
+        for i in shared_parameters(self.py, kinds):
+            nbytes = int(np.prod(own[i].shape)) * np.dtype(own[i].dtype).itemsize
+            if 0 < nbytes <= room:
+                staged.append((i, tuple(int(d) for d in own[i].shape)))
+                room -= nbytes
+        private: Tuple[int, ...] = ()
+        block = _block_threads(config, staged, own)
+        if all(isinstance(c, int) or (isinstance(c, tuple) and len(c) == 1)
+               for c in config[:2]):
+            # a 1-D launch: a thread's row, indexed by cuda.grid(1), is its own
+            private = tuple(i for i in private_parameters(self.py, kinds)
+                            if i not in dict(staged))
+        return kinds, tuple(staged), private, block
+
     def launch(self, config, args) -> None:
         key = self._key(config, args)
         try:
@@ -926,28 +949,15 @@ class KernelAdjoint:
             return
         cuda = cuda_module()
         own, shadows = self._split(args)
-        kinds = [kind_of_runtime(a) for a in own]
+        kinds, staged, private, block = self.plan(config, own)
         size = tape_size()
         saved = None
-        staged, room = [], STAGED_BYTES
-        for i in shared_parameters(self.py, kinds):
-            nbytes = int(np.prod(own[i].shape)) * np.dtype(own[i].dtype).itemsize
-            if 0 < nbytes <= room:
-                staged.append((i, tuple(int(d) for d in own[i].shape)))
-                room -= nbytes
-        private: Tuple[int, ...] = ()
-        block = _block_threads(config, staged, own)
-        if all(isinstance(c, int) or (isinstance(c, tuple) and len(c) == 1)
-               for c in config[:2]):
-            # a 1-D launch: a thread's row, indexed by cuda.grid(1), is its own
-            private = tuple(i for i in private_parameters(self.py, kinds)
-                            if i not in dict(staged))
         rows = None             # the tape's row buffers, once a launch ran out of room
         if key is not None and key in self._room:
-            stacks = build(self.kernel, kinds, size, tuple(staged), private, block, True).rows
+            stacks = build(self.kernel, kinds, size, staged, private, block, True).rows
             rows = _tape_rows(stacks, self._room[key], config) if stacks else None
         while True:
-            b = build(self.kernel, kinds, size, tuple(staged), private, block, rows is not None)
+            b = build(self.kernel, kinds, size, staged, private, block, rows is not None)
             full = []
             j = 0
             for i, a in enumerate(own):
@@ -983,7 +993,7 @@ class KernelAdjoint:
             if zc.ROW_BYTES > 0:
                 # the kernel with its tape in rows of launcher-allocated buffers (built the
                 # first time a launch runs short): no compile for each larger room
-                stacks = b.rows or build(self.kernel, kinds, size, tuple(staged), private, block,
+                stacks = b.rows or build(self.kernel, kinds, size, staged, private, block,
                                          True).rows
                 rows = _tape_rows(stacks, grown, config) if stacks else None
                 if rows is not None:
