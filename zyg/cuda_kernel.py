@@ -854,6 +854,11 @@ def _is_array(a) -> bool:
     return got
 
 
+#: the most kinds of launch a kernel adjoint remembers for its direct path (and the room
+#: its tape needed)
+DIRECT_KINDS = 64
+
+
 class KernelAdjoint:
     """``zyg.vjp(kernel)``: index it with a launch configuration, then call it with the
     kernel's arguments, each float array followed by its shadow."""
@@ -969,6 +974,8 @@ class KernelAdjoint:
                 self.kernel_launch(b, config, full)
                 if key is not None and rows is None and \
                         [id(a) for a in full] == [id(a) for a in args]:
+                    if len(self._direct) >= DIRECT_KINDS:
+                        self._direct.clear()    # (shapes that keep changing)
                     self._direct[key] = b
                 return
             if saved is None:
@@ -982,6 +989,8 @@ class KernelAdjoint:
             need = int(status.copy_to_host()[0])
             if need == 0:
                 if rows and key is not None:
+                    if len(self._room) >= DIRECT_KINDS:
+                        self._room.clear()
                     self._room[key] = rows[0].shape[0]
                 return
             for a, c in saved:
