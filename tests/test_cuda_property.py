@@ -523,13 +523,9 @@ def run_child(family: str, out_path: str):
 
 
 def _family(family: str, tmp_path, least: int, simulated: bool = True):
+    from test_cuda_sim import child_env
     out = str(tmp_path / "results.json")
-    env = dict(os.environ)
-    if simulated:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
-    else:
-        env.pop("NUMBA_ENABLE_CUDASIM", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = child_env(simulated)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run", family, out],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert os.path.exists(out), f"the child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

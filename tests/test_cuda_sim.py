@@ -1125,28 +1125,19 @@ def check_kernel_tape_overflow_relaunch():
             ck._tape_rows = made
         assert set(built()) == once, "a larger room compiled the adjoint again"
         assert rooms and min(rooms) >= 8 * m, rooms
-        # no rows: the local tape grows, compiled again for each size
+        # no rows (ROW_BYTES = 0), or rows over their budget: the local tape grows,
+        # compiled again for each size
         saved = zc.ROW_BYTES
-        zc.ROW_BYTES = 0
-        try:
-            zc.set_tape_size(2)
-            before = set(built())
-            _kernel_case(k_loops, (1, 16), args, bars)
-            sizes = {k[2] for k in built() if k not in before}
-            assert len(sizes) >= 2, f"no relaunch with a larger tape: {sizes}"
-        finally:
-            zc.ROW_BYTES = saved
-        # rows over the budget: the local tape as well
-        saved = zc.ROW_BYTES
-        zc.ROW_BYTES = 16 * 8 * 8
-        try:
-            zc.set_tape_size(3)
-            before = set(built())
-            _kernel_case(k_loops, (1, 16), args, bars)
-            sizes = {k[2] for k in built() if k not in before}
-            assert len(sizes) >= 2, f"no local tape past the rows' budget: {sizes}"
-        finally:
-            zc.ROW_BYTES = saved
+        for budget, start in ((0, 2), (16 * 8 * 8, 3)):
+            zc.ROW_BYTES = budget
+            try:
+                zc.set_tape_size(start)
+                before = set(built())
+                _kernel_case(k_loops, (1, 16), args, bars)
+                sizes = {k[2] for k in built() if k not in before}
+                assert len(sizes) >= 2, f"rows of {budget} bytes: no larger local tape: {sizes}"
+            finally:
+                zc.ROW_BYTES = saved
     finally:
         zc.set_tape_size(old)
     assert zyg
@@ -1619,13 +1610,20 @@ def device_mode() -> bool:
     return os.environ.get("ZYG_CUDA_DEVICE", "") not in ("", "0")
 
 
-def _child(names, simulated: bool):
+def child_env(simulated: bool):
+    """The environment of a child process that runs CUDA checks: numba's simulator on (it
+    must be before numba is imported) or off (PTX, a GPU), zyg importable."""
     env = dict(os.environ)
     if simulated:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     else:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _child(names, simulated: bool):
+    env = child_env(simulated)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run"] + names, env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZYG_CUDA_RESULTS ")]

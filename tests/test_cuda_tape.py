@@ -444,12 +444,8 @@ def run_checks(names):
 
 
 def _child(names, simulated: bool):
-    env = dict(os.environ)
-    if simulated:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
-    else:
-        env.pop("NUMBA_ENABLE_CUDASIM", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    from test_cuda_sim import child_env
+    env = child_env(simulated)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run"] + names, env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZYG_CUDA_RESULTS ")]
