@@ -54,53 +54,36 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-#: (name, needs): the statements a kernel body is drawn from; ``needs`` says what it may
-#: not be combined with (a neighbour read and an in-place update race: thread i + 1 reads
-#: what thread i writes)
-PATTERNS = ["elementwise", "neighbour", "shared_loop", "while", "branch", "inplace", "atomic",
-            "local"]
+#: the statements a kernel body is drawn from (``{c}``, ``{c2}``: random constants).  A
+#: neighbour read and an in-place update are never combined: thread i + 1 would read what
+#: thread i writes (a race)
+PATTERNS = {
+    "elementwise": ["s = s * {c} + math.sin(x[i] * {c2})"],
+    "neighbour": ["if i + 1 < n:", "    s += x[i + 1] * {c}",
+                  "if i > 0:", "    s -= x[i - 1] * x[i] * {c2}"],
+    "shared_loop": ["for k in range(m):", "    s += w[k] * math.cos(s * {c} + x[i] * w[k])"],
+    "while": ["t = abs(s) + 1.0", "while t > 0.3:", "    t = t * 0.5",
+              "    s = s + w[0] * t * x[i]"],
+    "branch": ["if x[i] * {c2} > s:", "    s = s * s * 0.5 + w[1]",
+               "else:", "    s = math.tanh(s) - w[1] * x[i]"],
+    "inplace": ["x[i] = math.tanh(x[i] * {c2}) + s * 0.25", "s = s + x[i] * x[i] * {c}"],
+    "atomic": ["cuda.atomic.add(acc, 0, s * x[i] * {c})"],
+    "local": ["tmp = cuda.local.array(2, numba.float64)", "tmp[0] = s * {c}",
+              "tmp[1] = x[i] + w[0]", "s = tmp[0] * tmp[1] + s"],
+}
 
 
-def _stmt(kind, r: random.Random, ind: str):
+def _stmt(table, kind, r: random.Random, ind: str):
+    """The lines of statement ``kind`` of ``table`` with fresh constants, indented."""
     c = round(r.uniform(0.2, 0.9), 3)
     c2 = round(r.uniform(0.3, 1.5), 3)
-    if kind == "elementwise":
-        return [f"{ind}s = s * {c} + math.sin(x[i] * {c2})"]
-    if kind == "neighbour":
-        return [f"{ind}if i + 1 < n:",
-                f"{ind}    s += x[i + 1] * {c}",
-                f"{ind}if i > 0:",
-                f"{ind}    s -= x[i - 1] * x[i] * {c2}"]
-    if kind == "shared_loop":
-        return [f"{ind}for k in range(m):",
-                f"{ind}    s += w[k] * math.cos(s * {c} + x[i] * w[k])"]
-    if kind == "while":
-        return [f"{ind}t = abs(s) + 1.0",
-                f"{ind}while t > 0.3:",
-                f"{ind}    t = t * 0.5",
-                f"{ind}    s = s + w[0] * t * x[i]"]
-    if kind == "branch":
-        return [f"{ind}if x[i] * {c2} > s:",
-                f"{ind}    s = s * s * 0.5 + w[1]",
-                f"{ind}else:",
-                f"{ind}    s = math.tanh(s) - w[1] * x[i]"]
-    if kind == "inplace":
-        return [f"{ind}x[i] = math.tanh(x[i] * {c2}) + s * 0.25",
-                f"{ind}s = s + x[i] * x[i] * {c}"]
-    if kind == "atomic":
-        return [f"{ind}cuda.atomic.add(acc, 0, s * x[i] * {c})"]
-    if kind == "local":
-        return [f"{ind}tmp = cuda.local.array(2, numba.float64)",
-                f"{ind}tmp[0] = s * {c}",
-                f"{ind}tmp[1] = x[i] + w[0]",
-                f"{ind}s = tmp[0] * tmp[1] + s"]
-    raise ValueError(kind)
+    return [ind + t.format(c=c, c2=c2, c10=round(c / 10, 4)) for t in table[kind]]
 
 
 def kernel_source(seed: int):
     """(source, description) of the kernel ``k`` of ``seed``."""
     r = random.Random(seed)
-    kinds = [r.choice(PATTERNS) for _ in range(r.randint(2, 5))]
+    kinds = [r.choice(list(PATTERNS)) for _ in range(r.randint(2, 5))]
     if "inplace" in kinds and "neighbour" in kinds:
         kinds = [k for k in kinds if k != "neighbour"] or ["elementwise"]
     early = r.random() < 0.5
@@ -116,7 +99,7 @@ def kernel_source(seed: int):
         kinds = [k for k in kinds if k != "local"] or ["elementwise"]
     lines.append(f"{ind}s = x[i] * {round(r.uniform(0.5, 1.5), 3)}")
     for kind in kinds:
-        lines += _stmt(kind, r, ind)
+        lines += _stmt(PATTERNS, kind, r, ind)
     lines.append(f"{ind}y[i] = s")
     return "\n".join(lines) + "\n", ("early return; " if early else "if i < n; ") + ", ".join(kinds)
 
@@ -301,55 +284,31 @@ def check_tape(seed: int, where: str):
 
 # -- device gradients of numbers (zyg.vmap(zyg.grad(f), target="cuda")) --------------------
 
-SCALAR_PATTERNS = ["arith", "counted", "runtime_loop", "while", "branch", "helper", "break",
-                   "sqrt", "power"]
-
-
-def _scalar_stmt(kind, r: random.Random):
-    c = round(r.uniform(0.2, 0.9), 3)
-    c2 = round(r.uniform(0.3, 1.5), 3)
-    if kind == "arith":
-        return [f"s = s * {c} + math.sin(y * {c2}) - x / (1.5 + y * y)"]
-    if kind == "counted":
-        return ["for k in range(3):",
-                f"    s = s * {c} + math.cos(x + k * {c2})"]
-    if kind == "runtime_loop":
-        return ["for k in range(n):",
-                f"    s += math.sin(s * {c}) * y"]
-    if kind == "while":
-        return ["t = abs(s) + 1.0",
-                "while t > 0.3:",
-                "    t = t * 0.5",
-                "    s = s + y * t"]
-    if kind == "branch":
-        return [f"if s > x * {c2}:",
-                "    s = s * s * 0.5 + y",
-                "else:",
-                "    s = math.tanh(s) - y * x"]
-    if kind == "helper":
-        return ["s = _h(s, y)"]
-    if kind == "break":
-        return ["for k in range(n):",
-                f"    s += y * {c}",
-                "    if s > 2.0:",
-                "        break"]
-    if kind == "sqrt":
-        return [f"s = s + math.sqrt(x * x + y * y + {c})"]
-    if kind == "power":
-        return [f"s = s + (x * {c}) ** 2 - s ** 3 * {round(c / 10, 4)}"]
-    raise ValueError(kind)
+#: the statements a function of numbers is drawn from
+SCALAR_PATTERNS = {
+    "arith": ["s = s * {c} + math.sin(y * {c2}) - x / (1.5 + y * y)"],
+    "counted": ["for k in range(3):", "    s = s * {c} + math.cos(x + k * {c2})"],
+    "runtime_loop": ["for k in range(n):", "    s += math.sin(s * {c}) * y"],
+    "while": ["t = abs(s) + 1.0", "while t > 0.3:", "    t = t * 0.5", "    s = s + y * t"],
+    "branch": ["if s > x * {c2}:", "    s = s * s * 0.5 + y", "else:",
+               "    s = math.tanh(s) - y * x"],
+    "helper": ["s = _h(s, y)"],
+    "break": ["for k in range(n):", "    s += y * {c}", "    if s > 2.0:", "        break"],
+    "sqrt": ["s = s + math.sqrt(x * x + y * y + {c})"],
+    "power": ["s = s + (x * {c}) ** 2 - s ** 3 * {c10}"],
+}
 
 
 def scalar_source(seed: int):
     r = random.Random(seed)
-    kinds = [r.choice(SCALAR_PATTERNS) for _ in range(r.randint(2, 5))]
+    kinds = [r.choice(list(SCALAR_PATTERNS)) for _ in range(r.randint(2, 5))]
     lines = ["import math", "", "",
              "def _h(a, b):",
              "    return a * math.exp(-b * b * 0.1) + b", "", "",
              "def f(x, y, n):",
              f"    s = x * {round(r.uniform(0.5, 1.5), 3)}"]
     for kind in kinds:
-        lines += ["    " + ln for ln in _scalar_stmt(kind, r)]
+        lines += _stmt(SCALAR_PATTERNS, kind, r, "    ")
     lines.append("    return s")
     return "\n".join(lines) + "\n", ", ".join(kinds)
 
