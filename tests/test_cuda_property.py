@@ -104,14 +104,15 @@ def kernel_source(seed: int):
     return "\n".join(lines) + "\n", ("early return; " if early else "if i < n; ") + ", ".join(kinds)
 
 
-def _load(src: str, seed: int, where: str):
-    path = os.path.join(where, f"zyg_cuda_prop_{seed}.py")
+def _load(src: str, seed: int, where: str, stem: str = "zyg_cuda_prop", name: str = "k"):
+    """Function ``name`` of module ``src``, written to a file (zyg reads its source)."""
+    path = os.path.join(where, f"{stem}_{seed}.py")
     with open(path, "w") as fh:
         fh.write(src)
-    spec = importlib.util.spec_from_file_location(f"zyg_cuda_prop_{seed}", path)
+    spec = importlib.util.spec_from_file_location(f"{stem}_{seed}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.k
+    return getattr(mod, name)
 
 
 def _rel(a, b):
@@ -320,13 +321,7 @@ def check_device_gradient(seed: int, where: str):
     import numpy as np
     import zyg
     src, what = scalar_source(seed)
-    path = os.path.join(where, f"zyg_cuda_scalar_{seed}.py")
-    with open(path, "w") as fh:
-        fh.write(src)
-    spec = importlib.util.spec_from_file_location(f"zyg_cuda_scalar_{seed}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    f = mod.f
+    f = _load(src, seed, where, "zyg_cuda_scalar", "f")
     r = np.random.default_rng(seed)
     nb = 6
     xs, ys = r.uniform(-1.2, 1.2, nb), r.uniform(-1.2, 1.2, nb)
@@ -436,14 +431,8 @@ def ptx_device_gradient(seed: int, where: str):
     import zyg
     from zyg import backends
     _ptx = _ptx_compiler()
-    src, _ = scalar_source(seed)
-    path = os.path.join(where, f"zyg_cuda_scalar_{seed}.py")
-    with open(path, "w") as fh:
-        fh.write(src)
-    spec = importlib.util.spec_from_file_location(f"zyg_cuda_scalar_{seed}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    batch = zyg.vmap(zyg.value_and_grad(mod.f, argnums=(0, 1)), target="cuda")._zyg_batch
+    f = _load(scalar_source(seed)[0], seed, where, "zyg_cuda_scalar", "f")
+    batch = zyg.vmap(zyg.value_and_grad(f, argnums=(0, 1)), target="cuda")._zyg_batch
     f1, i8 = numba.float64[:], numba.int64
     mode0 = zyg.cuda.gradient_mode()
     done = 0
