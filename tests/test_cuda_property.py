@@ -9,7 +9,8 @@ thread reads at the same places (a shared parameter), an atomic accumulator ``ac
 output ``y``.  Its body is two to five statements drawn from: elementwise arithmetic,
 neighbour reads, a loop over ``w``, a data-dependent ``while`` loop, a branch, an in-place
 update of ``x[i]`` read again later, an atomic addition, and a local scratch array; under
-an ``if i < n:`` block or after an early ``return``; on partial blocks.
+an ``if i < n:`` block or after an early ``return``; on partial blocks; some guarded ones read
+their neighbour's point through a shared-memory tile after a barrier.
 
 The oracles, for each kernel:
 
@@ -87,9 +88,22 @@ def kernel_source(seed: int):
     if "inplace" in kinds and "neighbour" in kinds:
         kinds = [k for k in kinds if k != "neighbour"] or ["elementwise"]
     early = r.random() < 0.5
+    # (drawn apart, so that the kernels of earlier seeds stay as they were)
+    tiled = not early and random.Random(7 * seed + 1).random() < 0.4
     lines = ["import math", "import numba", "from numba import cuda", "",
              "def k(x, w, acc, y, n, m):",
              "    i = cuda.grid(1)"]
+    if tiled:
+        # the neighbour's point through shared memory, after a barrier every thread of
+        # the block reaches (blocks have at most 16 threads)
+        lines += ["    sh = cuda.shared.array(16, numba.float64)",
+                  "    t = cuda.threadIdx.x",
+                  "    if i < n:",
+                  "        sh[t] = x[i] * x[i]",
+                  "    else:",
+                  "        sh[t] = 0.0",
+                  "    cuda.syncthreads()",
+                  "    nb = sh[(t + 1) % cuda.blockDim.x]"]
     if early:
         lines += ["    if i >= n:", "        return"]
         ind = "    "
@@ -97,11 +111,12 @@ def kernel_source(seed: int):
         lines += ["    if i < n:"]
         ind = "        "
         kinds = [k for k in kinds if k != "local"] or ["elementwise"]
-    lines.append(f"{ind}s = x[i] * {round(r.uniform(0.5, 1.5), 3)}")
+    lines.append(f"{ind}s = x[i] * {round(r.uniform(0.5, 1.5), 3)}" + (" + nb" if tiled else ""))
     for kind in kinds:
         lines += _stmt(PATTERNS, kind, r, ind)
     lines.append(f"{ind}y[i] = s")
-    return "\n".join(lines) + "\n", ("early return; " if early else "if i < n; ") + ", ".join(kinds)
+    return "\n".join(lines) + "\n", ("early return; " if early else "if i < n; ") + \
+        ("a shared tile; " if tiled else "") + ", ".join(kinds)
 
 
 def _load(src: str, seed: int, where: str, stem: str = "zyg_cuda_prop", name: str = "k"):
