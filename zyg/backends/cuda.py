@@ -198,7 +198,7 @@ class RowStacks(LocalStacks):
         if not self.rows.get(s):
             return super()._slot(s, offset)
         e = f"_{s}sp" if offset is None else f"_{s}sp + {offset}"
-        return f"_{s}s[{e} if {e} < _{s}n else _{s}n - 1, _zrow]"
+        return f"_{s}s[{e} if {e} < _{s}rows else _{s}rows - 1, _zrow]"
 
     def _StackInit(self, n) -> List[str]:
         s = n.stack
@@ -206,7 +206,7 @@ class RowStacks(LocalStacks):
             return super()._StackInit(n)
         self.rows[s] = True
         self.checked[s] = True
-        return [f"_{s}s = _zt_{s}", f"_{s}n = _zt_{s}.shape[0]", f"_{s}cap = _{s}n",
+        return [f"_{s}s = _zt_{s}", f"_{s}rows = _zt_{s}.shape[0]", f"_{s}cap = _{s}rows",
                 f"_{s}sp = 0", f"_{s}want = 0"]
 
     def _Peek(self, n) -> List[str]:
@@ -216,7 +216,7 @@ class RowStacks(LocalStacks):
         return [f"{n.name} = _{n.stack}s[{off}, _zrow]"]
 
     def _TapeOverflow(self, n) -> List[str]:
-        return ["if " + " or ".join(f"_{s}sp > _{s}n" if self.rows.get(s) else
+        return ["if " + " or ".join(f"_{s}sp > _{s}rows" if self.rows.get(s) else
                                     f"_{s}sp > {self.size[s]}" for s in n.stacks) + ":"]
 
 
