@@ -79,6 +79,9 @@ def main(argv=None) -> int:
         fams = family_tests(a.files)
         if a.k:
             fams = [(f, t) for f, t in fams if a.k in t]
+        if not fams:
+            # files without family tests (the first property files): one process per file
+            fams = [(f, "test_") for f in a.files]
         runs = [[f, "-k", t] for f, t in (fams[i % len(fams)] for i in range(a.jobs))]
     else:
         runs = [list(a.files) + (["-k", a.k] if a.k else [])]
