@@ -716,8 +716,8 @@ SUM_BYTES = 16 * 1024
 
 def sum_width(block: int, itemsize: int) -> int:
     """How many entries of a shadow a block of ``block`` threads sums at a time: each thread
-    stages that many of its own in a row of shared memory (one more column pads the rows to
-    an odd stride, so a warp's reads and writes fall on distinct banks)."""
+    stages that many of its own in a row of shared memory (one fewer than fit in
+    ``SUM_BYTES``, so that a row padded to an odd length still fits)."""
     return SUM_BYTES // (block * itemsize) - 1
 
 
@@ -737,7 +737,9 @@ def _block_sum(stage: Dict[int, Tuple[int, ...]], kinds: Sequence[str], block: i
         buf = f"_r_{dt.name}"
         if buf not in made:
             made.add(buf)
-            out.append(f"    {buf} = cuda.shared.array(({block}, {c + 1}), _nb_{dt.name})")
+            # rows of an odd number of items: a warp's threads write and read one column
+            # of consecutive rows, which then fall on distinct banks
+            out.append(f"    {buf} = cuda.shared.array(({block}, {c | 1}), _nb_{dt.name})")
         n = int(np.prod(shape))
         at = _flat_index(shape)
         at = at if len(shape) == 1 else f"({at})"
